@@ -1,0 +1,203 @@
+"""Cross-reference checks of a decoded profile: what must hold for the runtime to trust it.
+
+Owns: the invariants between sections (names unique, ties resolve, blocks exist, every streamed
+tensor inside its trap's one transfer, no two transfers holding the same block bytes at once,
+sizes consistent with shapes and dtypes, predicted peak within the budget).
+Must not know: msgpack, files, torch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import prod
+
+from flextensor_runtime.errors import BudgetError, ProfileFormatError
+from flextensor_runtime.profile.fields import MAX_BYTES
+from flextensor_runtime.profile.schema import (
+    DTYPE_ITEMSIZE,
+    Block,
+    Profile,
+    TensorEntry,
+    Transfer,
+    fingerprint,
+)
+
+__all__ = ["check_profile", "occupied_slots"]
+
+_FIX = "the profile is inconsistent; recompile it with `ftc profile` or `ftc plan`"
+
+
+def _bad(message: str) -> ProfileFormatError:
+    return ProfileFormatError(f"{message}; {_FIX}")
+
+
+def check_profile(profile: Profile) -> None:
+    """Raise `ProfileFormatError` (or `BudgetError`) naming the first broken invariant."""
+    owner = _check_tensors(profile)
+    blocks = _check_blocks(profile.blocks)
+    _check_schedule(profile, owner, blocks)
+    _check_predicted(profile, blocks)
+    fp = fingerprint(profile.all_tensors())
+    if fp != profile.model:
+        raise _bad(
+            f"model fingerprint {profile.model.digest[:12]}… does not match the tensors the "
+            f"profile lists ({fp.digest[:12]}…, {fp.tensor_count} tensors)"
+        )
+
+
+def _check_entry(e: TensorEntry, where: str) -> None:
+    itemsize = DTYPE_ITEMSIZE.get(e.dtype)
+    if itemsize is None:
+        raise _bad(f"tensor {e.name!r} in {where} has unknown dtype {e.dtype!r}")
+    if len(e.stride) != len(e.shape):
+        raise _bad(f"tensor {e.name!r} has {len(e.shape)} dims but {len(e.stride)} strides")
+    if len(e.shape) > 64 or any(d > MAX_BYTES for d in e.shape):
+        raise _bad(f"tensor {e.name!r} has an absurd shape {list(e.shape)[:8]}")
+    if e.bytes != prod(e.shape) * itemsize:
+        raise _bad(
+            f"tensor {e.name!r} declares {e.bytes} bytes but shape {list(e.shape)} of "
+            f"{e.dtype} holds {prod(e.shape) * itemsize}"
+        )
+    if e.placement == "resident" and (e.block is not None or e.offset is not None):
+        raise _bad(f"resident tensor {e.name!r} names block {e.block}")
+    if e.placement != "resident" and e.tie is None and (e.block is None or e.offset is None):
+        raise _bad(f"{e.placement} tensor {e.name!r} has no block and offset")
+
+
+def _check_tensors(profile: Profile) -> dict[str, tuple[int, TensorEntry]]:
+    """Returns tensor name -> (owning trap order, or -1 for untrapped; entry)."""
+    owner: dict[str, tuple[int, TensorEntry]] = {}
+    names: set[str] = set()
+    for order, trap in enumerate(profile.traps):
+        if trap.name in names:
+            raise _bad(f"trap name {trap.name!r} appears twice")
+        names.add(trap.name)
+        if trap.kind == "gap" and trap.tensors:
+            raise _bad(f"gap trap {trap.name!r} owns {len(trap.tensors)} tensors")
+        for e in trap.tensors:
+            _add_owner(owner, e, order, f"trap {trap.name!r}")
+    for e in profile.untrapped:
+        if e.placement != "resident":
+            raise _bad(f"untrapped tensor {e.name!r} is {e.placement}; only resident is allowed")
+        _add_owner(owner, e, -1, "untrapped")
+    for name, (_, e) in owner.items():
+        if e.tie is None:
+            continue
+        canon = owner.get(e.tie)
+        if canon is None or canon[1].tie is not None or e.tie == name:
+            raise _bad(f"tensor {name!r} is tied to {e.tie!r}, which is not a canonical tensor")
+        c = canon[1]
+        if (c.placement, c.block, c.offset) != (e.placement, e.block, e.offset):
+            raise _bad(f"tied tensor {name!r} is placed apart from {e.tie!r}")
+    return owner
+
+
+def _add_owner(owner: dict, e: TensorEntry, order: int, where: str) -> None:
+    if e.name in owner:
+        raise _bad(f"tensor {e.name!r} is listed twice")
+    _check_entry(e, where)
+    owner[e.name] = (order, e)
+
+
+def _check_blocks(blocks: tuple[Block, ...]) -> dict[int, Block]:
+    by_id: dict[int, Block] = {}
+    for b in blocks:
+        if b.id in by_id:
+            raise _bad(f"block id {b.id} appears twice")
+        if b.bytes <= 0:
+            raise _bad(f"block {b.id} has {b.bytes} bytes")
+        by_id[b.id] = b
+    return by_id
+
+
+def occupied_slots(t: Transfer, n_traps: int) -> list[int]:
+    """Trap orders during which a transfer holds its block region (cyclic when issue_at >= trap)."""
+    if t.issue_at < t.trap:
+        return list(range(t.issue_at, t.release_after + 1))
+    return list(range(t.issue_at, n_traps)) + list(range(t.release_after + 1))
+
+
+def _check_schedule(
+    profile: Profile, owner: dict[str, tuple[int, TensorEntry]], blocks: dict[int, Block]
+) -> None:
+    n = len(profile.traps)
+    by_trap: dict[int, Transfer] = {}
+    for t in profile.schedule:
+        label = f"transfer of trap {t.trap}"
+        if t.trap >= n or t.issue_at >= n or t.release_after >= n:
+            raise _bad(f"{label} names a trap order beyond the {n} traps")
+        if t.trap in by_trap:
+            raise _bad(f"trap {t.trap} has two transfers")
+        by_trap[t.trap] = t
+        block = blocks.get(t.block)
+        if block is None:
+            raise _bad(f"{label} names block {t.block}, which does not exist")
+        if t.offset + t.bytes > block.bytes:
+            raise _bad(f"{label} ends at byte {t.offset + t.bytes}, past block {t.block}'s end")
+        if t.release_after < t.trap:
+            raise _bad(f"{label} is released after trap {t.release_after}, before its reader")
+        if t.issue_at >= t.trap and not t.release_after < t.issue_at:
+            raise _bad(f"{label} is held for more than one iteration")
+    _check_streamed_inside(profile, owner, by_trap)
+    _check_block_overlaps(profile, n)
+
+
+def _check_streamed_inside(
+    profile: Profile, owner: dict[str, tuple[int, TensorEntry]], by_trap: dict[int, Transfer]
+) -> None:
+    spans: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for name, (order, e) in owner.items():
+        if e.placement == "resident" or e.tie is not None:
+            continue
+        t = by_trap.get(order)
+        if t is None:
+            raise _bad(f"{e.placement} tensor {name!r} has no transfer for its trap {order}")
+        assert e.offset is not None  # checked in _check_entry
+        if e.block != t.block or e.offset < t.offset or e.offset + e.bytes > t.offset + t.bytes:
+            raise _bad(f"{e.placement} tensor {name!r} lies outside its trap's transfer")
+        spans[order].append((e.offset, e.offset + e.bytes, name))
+    for order in by_trap:
+        if order not in spans:
+            raise _bad(f"trap {order} has a transfer but no streamed tensors")
+    for items in spans.values():
+        items.sort()
+        for (_, end, a), (start, _, b) in zip(items, items[1:], strict=False):
+            if start < end:
+                raise _bad(f"streamed tensors {a!r} and {b!r} overlap in their block")
+
+
+def _check_block_overlaps(profile: Profile, n: int) -> None:
+    active: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+    for t in profile.schedule:
+        for slot in occupied_slots(t, n):
+            active[(t.block, slot)].append((t.offset, t.offset + t.bytes, t.trap))
+    for (block, slot), items in active.items():
+        items.sort()
+        for (_, end, a), (start, _, b) in zip(items, items[1:], strict=False):
+            if start < end:
+                raise _bad(
+                    f"transfers of traps {a} and {b} hold the same bytes of block {block} "
+                    f"during trap {slot}"
+                )
+
+
+def _check_predicted(profile: Profile, blocks: dict[int, Block]) -> None:
+    p = profile.predicted
+    resident = sum(e.bytes for e in profile.all_tensors() if e.placement == "resident" and not e.tie)
+    streamed = sum(e.bytes for e in profile.all_tensors() if e.placement != "resident" and not e.tie)
+    if p.resident_bytes != resident or p.streamed_bytes != streamed:
+        raise _bad(
+            f"predicted resident/streamed bytes {p.resident_bytes}/{p.streamed_bytes} differ from "
+            f"the tensors' {resident}/{streamed}"
+        )
+    floor = resident + sum(b.bytes for b in blocks.values())
+    if p.peak_bytes < floor:
+        raise _bad(f"predicted peak {p.peak_bytes} bytes is below resident + blocks ({floor})")
+    if p.trap_stall_ms and len(p.trap_stall_ms) != len(profile.traps):
+        raise _bad(f"{len(p.trap_stall_ms)} per-trap stalls for {len(profile.traps)} traps")
+    budget = profile.config.budget_bytes
+    if budget is not None and p.peak_bytes > budget:
+        raise BudgetError(
+            f"the plan's predicted peak of {p.peak_bytes} bytes exceeds its budget of {budget} "
+            "bytes; recompile it with a larger --budget or --mem-fraction"
+        )

@@ -1,0 +1,120 @@
+"""Typed reading of untrusted decoded msgpack data, with one-line errors naming the field path.
+
+Owns: checking that a decoded value has the expected type and range, and the error text for
+when it does not. Must not know: which sections a profile has (see `wire`), torch, files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from flextensor_runtime.errors import ProfileFormatError
+
+__all__ = ["MAX_BYTES", "Reader", "read_section"]
+
+# Larger than any device or model this format describes (1 PiB); guards against absurd sizes.
+MAX_BYTES = 1 << 50
+MAX_COUNT = 1 << 31
+_FIX = "the file is damaged or was not written by ftc; recompile it with `ftc profile`"
+
+T = TypeVar("T")
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+class Reader:
+    """A decoded value and its path in the document (e.g. `traps[3].tensors[0].bytes`)."""
+
+    __slots__ = ("path", "value")
+
+    def __init__(self, value: Any, path: str) -> None:
+        self.value = value
+        self.path = path
+
+    def fail(self, expected: str) -> ProfileFormatError:
+        where = self.path or "top level"
+        return ProfileFormatError(
+            f"profile field '{where}': expected {expected}, got {_describe(self.value)}; {_FIX}"
+        )
+
+    def child(self, key: str | int) -> Reader:
+        if isinstance(key, int):
+            return Reader(self.value[key], f"{self.path}[{key}]")
+        path = f"{self.path}.{key}" if self.path else key
+        return Reader(self.value[key], path)
+
+    def map(self) -> dict[str, Any]:
+        if not isinstance(self.value, dict):
+            raise self.fail("a map")
+        return self.value
+
+    def list(self) -> list[Reader]:
+        if not isinstance(self.value, list):
+            raise self.fail("a list")
+        return [self.child(i) for i in range(len(self.value))]
+
+    def int(self, lo: int = 0, hi: int = MAX_BYTES) -> int:
+        v = self.value
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise self.fail("an integer")
+        if not lo <= v <= hi:
+            raise self.fail(f"an integer in [{lo}, {hi}]")
+        return v
+
+    def float(self, lo: float = 0.0, hi: float = 1e18) -> float:
+        v = self.value
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise self.fail("a number")
+        f = float(v)
+        if not math.isfinite(f) or not lo <= f <= hi:
+            raise self.fail(f"a finite number in [{lo}, {hi:g}]")
+        return f
+
+    def str(self, choices: tuple[str, ...] | None = None, max_len: int = 4096) -> str:
+        v = self.value
+        if not isinstance(v, str) or len(v) > max_len:
+            raise self.fail(f"a string of at most {max_len} characters")
+        if choices is not None and v not in choices:
+            raise self.fail("one of " + ", ".join(repr(c) for c in choices))
+        return v
+
+    def bool(self) -> bool:
+        if not isinstance(self.value, bool):
+            raise self.fail("true or false")
+        return self.value
+
+    def optional(self, parse: Callable[[Reader], T]) -> T | None:
+        return None if self.value is None else parse(self)
+
+    def ints(self, lo: int = 0, hi: int = MAX_BYTES) -> tuple[int, ...]:
+        return tuple(r.int(lo, hi) for r in self.list())
+
+    def strs(self) -> tuple[str, ...]:
+        return tuple(r.str() for r in self.list())
+
+
+def read_section(reader: Reader, spec: Mapping[str, Callable[[Reader], Any]]) -> dict[str, Any]:
+    """Parse a map whose keys must be exactly `spec`'s; returns field name -> parsed value."""
+    raw = reader.map()
+    missing = [k for k in spec if k not in raw]
+    if missing:
+        where = reader.path or "top level"
+        raise ProfileFormatError(
+            f"profile section '{where}' lacks field {missing[0]!r}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            + f"; {_FIX}"
+        )
+    extra = sorted(str(k) for k in raw if k not in spec)
+    if extra:
+        where = reader.path or "top level"
+        raise ProfileFormatError(
+            f"profile section '{where}' has unknown field {extra[0]!r}; {_FIX}"
+        )
+    return {k: parse(reader.child(k)) for k, parse in spec.items()}

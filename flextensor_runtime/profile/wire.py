@@ -1,0 +1,294 @@
+"""Reading and writing the offload-profile wire format (msgpack): the keys, canonical order, limits.
+
+Owns: encoding a `Profile` to canonical msgpack bytes (sorted keys, sorted tensors, so equal
+profiles give identical bytes whatever order their parts were given in), bounded decoding of
+untrusted bytes, atomic `save`, and `load` (which also runs every check in `check`).
+Must not know: torch, how profiles are compiled or installed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from flextensor_runtime.errors import BudgetError, ProfileError, ProfileFormatError, ProfileVersionError
+from flextensor_runtime.profile.check import check_profile
+from flextensor_runtime.profile.fields import MAX_COUNT, Reader, read_section
+from flextensor_runtime.profile.schema import (
+    FORMAT,
+    PLACEMENTS,
+    TENSOR_KINDS,
+    TRAP_KINDS,
+    VERSION,
+    BandwidthPoint,
+    Block,
+    DeviceSpec,
+    Meta,
+    ModelFingerprint,
+    PlanConfig,
+    Predicted,
+    Profile,
+    TensorEntry,
+    Transfer,
+    Trap,
+)
+
+__all__ = ["MAX_FILE_BYTES", "dumps", "load", "loads", "save", "to_document"]
+
+MAX_FILE_BYTES = 256 << 20  # no real profile comes close; larger files are rejected unread
+_CORE_KEYS = frozenset(
+    {"format", "version", "meta", "model", "device", "config", "traps", "untrapped", "blocks",
+     "schedule", "predicted"}
+)  # fmt: skip
+
+def _tensor_doc(t: TensorEntry) -> dict[str, Any]:
+    return {
+        "name": t.name, "bytes": t.bytes, "dtype": t.dtype, "shape": list(t.shape),
+        "stride": list(t.stride), "placement": t.placement, "block": t.block,
+        "offset": t.offset, "tie": t.tie, "kind": t.kind,
+    }  # fmt: skip
+
+
+def _canonical(obj: Any) -> Any:
+    """Sort map keys recursively and turn tuples into lists, so encoding is order-independent."""
+    if isinstance(obj, Mapping):
+        return {str(k): _canonical(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    return obj
+
+
+def to_document(profile: Profile) -> dict[str, Any]:
+    """The profile as plain msgpack-able data, in canonical order."""
+    p = profile
+    doc: dict[str, Any] = dict(p.extensions)
+    doc.update({
+        "format": FORMAT,
+        "version": VERSION,
+        "meta": vars(p.meta),
+        "model": vars(p.model),
+        "device": {**vars(p.device), "bandwidth_curve": [vars(b) for b in p.device.bandwidth_curve]},
+        "config": vars(p.config),
+        "traps": [
+            {"name": t.name, "kind": t.kind, "compute_ms": float(t.compute_ms), "calls": t.calls,
+             "tensors": [_tensor_doc(x) for x in sorted(t.tensors, key=lambda x: x.name)]}
+            for t in p.traps
+        ],
+        "untrapped": [_tensor_doc(x) for x in sorted(p.untrapped, key=lambda x: x.name)],
+        "blocks": [vars(b) for b in sorted(p.blocks, key=lambda b: b.id)],
+        "schedule": [vars(s) for s in sorted(p.schedule, key=lambda s: (s.trap, s.block))],
+        "predicted": vars(p.predicted),
+    })  # fmt: skip
+    return _canonical(doc)
+
+
+def dumps(profile: Profile) -> bytes:
+    """Encode a profile to canonical msgpack bytes (validated first)."""
+    check_profile(profile)
+    return msgpack.packb(to_document(profile), use_bin_type=True)
+
+
+
+
+def _tensor(r: Reader) -> TensorEntry:
+    spec = {
+        "name": lambda x: x.str(),
+        "bytes": lambda x: x.int(),
+        "dtype": lambda x: x.str(),
+        "shape": lambda x: x.ints(),
+        "stride": lambda x: x.ints(),
+        "placement": lambda x: x.str(PLACEMENTS),
+        "block": lambda x: x.optional(lambda y: y.int(0, MAX_COUNT)),
+        "offset": lambda x: x.optional(lambda y: y.int()),
+        "tie": lambda x: x.optional(lambda y: y.str()),
+        "kind": lambda x: x.str(TENSOR_KINDS),
+    }
+    return TensorEntry(**read_section(r, spec))
+
+
+def _tensors(r: Reader) -> tuple[TensorEntry, ...]:
+    return tuple(_tensor(x) for x in r.list())
+
+
+def _trap(r: Reader) -> Trap:
+    spec = {
+        "name": lambda x: x.str(),
+        "kind": lambda x: x.str(TRAP_KINDS),
+        "compute_ms": lambda x: x.float(),
+        "calls": lambda x: x.int(1, MAX_COUNT),
+        "tensors": _tensors,
+    }
+    return Trap(**read_section(r, spec))
+
+
+def _curve_point(r: Reader) -> BandwidthPoint:
+    spec = {"bytes": lambda x: x.int(), "bytes_per_s": lambda x: x.float(1e-9)}
+    return BandwidthPoint(**read_section(r, spec))
+
+
+_SECTIONS: Mapping[str, Callable[[Reader], Any]] = {
+    "meta": lambda r: Meta(**read_section(r, {
+        "tool_version": lambda x: x.str(), "torch_version": lambda x: x.str(),
+        "command": lambda x: x.str(max_len=65536), "timing_source": lambda x: x.str(),
+    })),
+    "model": lambda r: ModelFingerprint(**read_section(r, {
+        "digest": lambda x: x.str(), "tensor_count": lambda x: x.int(0, MAX_COUNT),
+        "total_bytes": lambda x: x.int(),
+    })),
+    "device": lambda r: DeviceSpec(**read_section(r, {
+        "name": lambda x: x.str(), "memory_bytes": lambda x: x.int(),
+        "h2d_bytes_per_s": lambda x: x.float(1e-9), "h2d_latency_ms": lambda x: x.float(),
+        "bandwidth_curve": lambda x: tuple(_curve_point(p) for p in x.list()),
+        "kind": lambda x: x.str(),
+    })),
+    "config": lambda r: PlanConfig(**read_section(r, {
+        "include_patterns": lambda x: x.strs(), "exclude_patterns": lambda x: x.strs(),
+        "budget_bytes": lambda x: x.optional(lambda y: y.int()),
+        "mem_fraction": lambda x: x.optional(lambda y: y.float(0.0, 1.0)),
+        "transfer_budget_scale": lambda x: x.float(), "strategy": lambda x: x.str(),
+        "assignment": lambda x: x.str(), "release": lambda x: x.str(),
+        "transfer_mode": lambda x: x.str(),
+        "num_blocks": lambda x: x.optional(lambda y: y.int(0, MAX_COUNT)),
+        "min_blocks": lambda x: x.int(0, MAX_COUNT), "pinned_memory": lambda x: x.bool(),
+        "activation_reserve_bytes": lambda x: x.int(), "seed": lambda x: x.int(0, 2**63),
+    })),
+    "traps": lambda r: tuple(_trap(x) for x in r.list()),
+    "untrapped": _tensors,
+    "blocks": lambda r: tuple(
+        Block(**read_section(x, {"id": lambda y: y.int(0, MAX_COUNT), "bytes": lambda y: y.int()}))
+        for x in r.list()
+    ),
+    "schedule": lambda r: tuple(
+        Transfer(**read_section(x, {
+            k: (lambda y: y.int()) for k in ("offset", "bytes")
+        } | {k: (lambda y: y.int(0, MAX_COUNT)) for k in
+             ("trap", "block", "issue_at", "release_after")}))
+        for x in r.list()
+    ),
+    "predicted": lambda r: Predicted(**read_section(r, {
+        "compute_ms": lambda x: x.float(), "makespan_ms": lambda x: x.float(),
+        "stall_ms": lambda x: x.float(), "peak_bytes": lambda x: x.int(),
+        "resident_bytes": lambda x: x.int(), "streamed_bytes": lambda x: x.int(),
+        "trap_stall_ms": lambda x: tuple(p.float() for p in x.list()),
+    })),
+}  # fmt: skip
+
+
+def unpack_bounded(data: bytes) -> Any:
+    """Decode msgpack bytes with limits, so hostile input cannot exhaust memory or time."""
+    if not data:
+        raise ProfileFormatError("the file is empty; compile a profile with `ftc profile`")
+    if len(data) > MAX_FILE_BYTES:
+        raise ProfileFormatError(
+            f"{len(data)} bytes is larger than any offload profile ({MAX_FILE_BYTES} at most)"
+        )
+    n = len(data)
+    try:
+        return msgpack.unpackb(
+            data, raw=False, strict_map_key=True, use_list=True,
+            max_str_len=n, max_bin_len=n, max_array_len=n, max_map_len=n // 2, max_ext_len=0,
+        )  # fmt: skip
+    except msgpack.ExtraData:
+        raise ProfileFormatError(
+            "the file has trailing bytes after the profile; it is damaged, recompile it"
+        ) from None
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        cause = str(exc).split("\n")[0][:80] or type(exc).__name__
+        raise ProfileFormatError(
+            f"not a readable offload profile (msgpack: {cause}); the file is truncated or "
+            "damaged, recompile it with `ftc profile`"
+        ) from None
+
+
+def _check_header(raw: Any) -> None:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError(
+            f"not an offload profile: the top level is a msgpack {type(raw).__name__}, not a map; "
+            "pass a file written by `ftc profile`"
+        )
+    fmt = raw.get("format")
+    if fmt != FORMAT:
+        shown = repr(fmt)[:40]
+        raise ProfileFormatError(
+            f"not an offload profile: format is {shown}, expected {FORMAT!r}; "
+            "pass a file written by `ftc profile`"
+        )
+    version = raw.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ProfileFormatError(f"profile field 'version' must be an integer, got {version!r:.40}")
+    if version != VERSION:
+        hint = (
+            "recompile it with this ftc (`ftc profile` or `ftc plan`)"
+            if version < VERSION
+            else "upgrade flextensor-compiler to read it, or recompile it with this ftc"
+        )
+        raise ProfileVersionError(
+            f"profile format version {version} is not supported (this reader reads version "
+            f"{VERSION}); {hint}"
+        )
+
+
+def loads(data: bytes) -> Profile:
+    """Decode and validate profile bytes; any problem raises a one-line `ProfileError`."""
+    raw = unpack_bounded(data)
+    _check_header(raw)
+    root = Reader(raw, "")
+    parts = {key: parse(root.child(key)) if key in raw else _missing(key)
+             for key, parse in _SECTIONS.items()}  # fmt: skip
+    extensions = {k: v for k, v in raw.items() if k not in _CORE_KEYS}
+    profile = Profile(**parts, extensions=extensions)
+    check_profile(profile)
+    return profile
+
+
+def _missing(key: str) -> Any:
+    raise ProfileFormatError(
+        f"profile lacks section {key!r}; the file is damaged or was not written by ftc, "
+        "recompile it with `ftc profile`"
+    )
+
+
+def save(profile: Profile, path: str | os.PathLike[str]) -> Path:
+    """Write the profile atomically: a temp file in the same folder, fsync, then rename."""
+    target = Path(path)
+    data = dumps(profile)
+    directory = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load(path: str | os.PathLike[str]) -> Profile:
+    """Read and validate a profile file; errors name the file and the problem in one line."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ProfileFormatError(
+                f"{p}: {size} bytes is larger than any offload profile ({MAX_FILE_BYTES} bytes "
+                "at most); pass the .msgpack file written by `ftc profile`"
+            )
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ProfileFormatError(f"{p}: no such file; compile one with `ftc profile`") from None
+    except IsADirectoryError:
+        raise ProfileFormatError(f"{p}: is a folder, not a profile file") from None
+    except PermissionError:
+        raise ProfileFormatError(f"{p}: permission denied; check the file's mode") from None
+    try:
+        return loads(data)
+    except (ProfileError, BudgetError) as exc:
+        raise type(exc)(f"{p}: {exc}") from None

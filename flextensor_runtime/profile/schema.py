@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-
 FORMAT = "flextensor-profile"
 VERSION = 1
 PLACEMENTS = ("resident", "streamed", "disk")

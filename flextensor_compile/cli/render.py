@@ -9,6 +9,7 @@ import json
 import sys
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -62,15 +63,24 @@ def _summary(doc: dict[str, Any]) -> Table:
 
 
 def _trap_table(doc: dict[str, Any]) -> Table:
-    table = Table(title="traps in execution order", title_justify="left", header_style="bold")
-    for col, justify in (("#", "right"), ("trap", "left"), ("kind", "left"),
-                         ("compute ms", "right"), ("resident", "right"), ("streamed", "right"),
-                         ("block", "right"), ("prefetch at", "right"), ("stall ms", "right")):  # fmt: skip
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = Table(
+        title="traps in execution order (prefetch: the trap during which the copy is issued; "
+        "↺ = previous iteration)",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        show_edge=False,
+        pad_edge=False,
+    )
+    table.add_column("#", justify="right", no_wrap=True, min_width=2)
+    table.add_column("trap", no_wrap=True, overflow="ellipsis", min_width=8)
+    for col in ("kind", "ms", "resident", "streamed", "blk", "prefetch", "stall"):
+        table.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
     for t in doc["traps"]:
         cyclic = t["prefetch_at"] is not None and t["prefetch_at"] >= t["order"]
         prefetch = "-" if t["prefetch_at"] is None else (
-            f"{t['prefetch_at']}{' (prev)' if cyclic else ''}")  # fmt: skip
+            f"{t['prefetch_at']}{'↺' if cyclic else ''}")  # fmt: skip
         table.add_row(
             str(t["order"]), t["name"], t["kind"], f"{t['compute_ms']:.3f}",
             format_bytes(t["resident_bytes"]) if t["resident_bytes"] else "-",

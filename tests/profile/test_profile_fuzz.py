@@ -48,7 +48,8 @@ def test_splices(cut: int, junk: bytes) -> None:
 
 _LEAVES = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=True),
-    st.text(max_size=8), st.binary(max_size=8), st.lists(st.integers(), max_size=3),
+    st.text(max_size=8), st.binary(max_size=8),
+    st.lists(st.integers(-(2**63), 2**64 - 1), max_size=3),
 )  # fmt: skip
 
 

@@ -1,0 +1,51 @@
+"""Planning: recorded stats + options -> a compiled offload profile (solve, then emit).
+
+Owns: `plan_profile`, the one call `ftc profile` and `ftc plan` make after measuring, and the
+version strings recorded in the profile's meta (read from installed package metadata, so torch
+is never imported here).
+Must not know: torch, files (callers save the profile), the CLI.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from flextensor_compile.emit import emit_profile
+from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve
+from flextensor_compile.stats import Stats
+from flextensor_runtime.profile import Meta, PlanConfig, Profile
+
+__all__ = ["package_version", "plan_profile", "solve_stats"]
+
+
+def package_version(name: str) -> str:
+    """The installed version of distribution `name`, or "unknown"."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def solve_stats(stats: Stats, config: PlanConfig) -> tuple[Problem, Plan]:
+    """Build the problem from stats and solve it with the configured strategy."""
+    problem = problem_from_stats(stats, config)
+    return problem, solve(problem, config.strategy)
+
+
+def plan_profile(
+    stats: Stats,
+    config: PlanConfig,
+    *,
+    command: str = "",
+    tool_version: str | None = None,
+    torch_version: str | None = None,
+) -> Profile:
+    """Solve `stats` under `config` and emit the profile (equal inputs give equal bytes)."""
+    problem, plan = solve_stats(stats, config)
+    meta = Meta(
+        tool_version=tool_version or package_version("flextensor-compiler"),
+        torch_version=torch_version or package_version("torch"),
+        command=command,
+        timing_source=stats.timing_source,
+    )
+    return emit_profile(stats, config, problem, plan, meta)

@@ -1,0 +1,105 @@
+"""Block assignment and the prefetch schedule: which memory block each transfer uses, and when.
+
+Owns: strict round robin (transfer j -> block j mod K) and optimized round robin (each transfer
+goes to the block that grows least, never the block the previous transfer holds), block sizes
+(each block as large as the largest transfer it carries), and the schedule: a transfer is issued
+at the entry of the trap after the block's previous reader (as early as the block allows,
+cyclically, so the first traps' weights are fetched during the tail of the previous iteration);
+its block is released after its own trap (the last reader) finishes.
+Both assignments are O(transfers x blocks): no cliff in the number of traps.
+Must not know: time, tensors, how the streamed set was chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ASSIGNMENTS", "Assignment", "assign_blocks"]
+
+ASSIGNMENTS = ("strict-round-robin", "optimized-round-robin")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Per transfer (in trap order): block, issue_at, release_after; and the block sizes."""
+
+    blocks: tuple[int, ...]
+    issue_at: tuple[int, ...]
+    release_after: tuple[int, ...]
+    block_bytes: tuple[int, ...]
+
+
+def assign_blocks(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, num_blocks: int, mode: str
+) -> Assignment | None:
+    """Assign transfers (trap orders ascending, packed sizes) to at most `num_blocks` blocks.
+
+    Returns None when no schedule exists with that many blocks (a block would be reused by two
+    adjacent traps, leaving no trap at whose entry the copy could be issued).
+    """
+    m = len(traps)
+    if m == 0:
+        return Assignment((), (), (), ())
+    if n_traps < 2 or num_blocks < 1:
+        return None
+    k = min(num_blocks, m)
+    if mode == "optimized-round-robin":
+        blocks = _least_growth(traps, sizes, n_traps, k)
+        done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
+        if done is not None:
+            return done
+    return _schedule(traps, sizes, n_traps, tuple(j % k for j in range(m)))
+
+
+def _least_growth(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+) -> tuple[int, ...] | None:
+    size = [0] * k
+    first_user = [-1] * k
+    last_user = [-1] * k
+    used_at = [-1] * k  # transfer index that last used the block (for LRU tie-breaks)
+    out = []
+    for j, (t, s) in enumerate(zip(traps, sizes, strict=True)):
+        best = None
+        for b in range(k):
+            if last_user[b] >= 0 and (t - last_user[b] < 2 or (first_user[b] - t) % n_traps < 2):
+                continue
+            key = (max(0, s - size[b]), used_at[b], b)
+            if best is None or key < best[0]:
+                best = (key, b)
+        if best is None:
+            return None
+        b = best[1]
+        size[b] = max(size[b], s)
+        if first_user[b] < 0:
+            first_user[b] = t
+        last_user[b] = t
+        used_at[b] = j
+        out.append(b)
+    return _compact(out)
+
+
+def _compact(blocks: list[int]) -> tuple[int, ...]:
+    """Renumber blocks in order of first use (unused blocks disappear)."""
+    ids: dict[int, int] = {}
+    return tuple(ids.setdefault(b, len(ids)) for b in blocks)
+
+
+def _schedule(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, blocks: tuple[int, ...]
+) -> Assignment | None:
+    by_block: dict[int, list[int]] = {}
+    for j, b in enumerate(blocks):
+        by_block.setdefault(b, []).append(j)
+    issue = [0] * len(traps)
+    for users in by_block.values():
+        for pos, j in enumerate(users):
+            prev = traps[users[pos - 1]]  # cyclic: the first user's predecessor is the last
+            gap = (traps[j] - prev) % n_traps or n_traps
+            if gap < 2:
+                return None
+            issue[j] = (prev + 1) % n_traps
+    block_bytes = [0] * (max(blocks) + 1)
+    for j, b in enumerate(blocks):
+        block_bytes[b] = max(block_bytes[b], sizes[j])
+    return Assignment(blocks, tuple(issue), tuple(traps), tuple(block_bytes))

@@ -1,0 +1,60 @@
+"""The exact subset-sum kernel and the bandwidth model, against brute force and their contracts."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flextensor_compile.solve import BandwidthModel, SubsetTable
+
+
+def brute_best(sizes: tuple[int, ...], cap: float) -> int:
+    best = 0
+    for r in range(len(sizes) + 1):
+        for combo in combinations(sizes, r):
+            if best < sum(combo) <= cap:
+                best = sum(combo)
+    return best
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 10_000), max_size=10), st.integers(0, 60_000))
+def test_subset_table_equals_brute_force(sizes: list[int], cap: int) -> None:
+    table = SubsetTable.build(tuple(sizes))
+    k = table.best_within(cap)
+    assert table.exact
+    assert table.sums[k] == brute_best(tuple(sizes), cap)
+    assert sum(sizes[i] for i in table.subsets[k]) == table.sums[k]
+    assert len(set(table.subsets[k])) == len(table.subsets[k])
+
+
+def test_subset_table_thins_large_instances_but_keeps_the_full_set() -> None:
+    sizes = tuple(1000 + 37 * k * k for k in range(20))
+    table = SubsetTable.build(sizes)
+    assert not table.exact
+    assert table.sums[-1] == sum(sizes)
+    assert list(table.sums) == sorted(set(table.sums))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 1 << 30), st.floats(1e6, 5e10)), max_size=6),
+    st.floats(0.0, 0.05),
+    st.integers(0, 1 << 31),
+)
+def test_bandwidth_is_monotone_and_inverts(points: list, latency: float, nbytes: int) -> None:
+    model = BandwidthModel.from_curve(tuple(points), 2e10, latency)
+    assert model.copy_ms(nbytes + 4096) >= model.copy_ms(nbytes)
+    ms = model.copy_ms(nbytes)
+    got = model.bytes_within(ms)
+    assert model.copy_ms(got) <= ms + 1e-9
+    assert got >= nbytes - max(2, nbytes * 1e-6)  # within rounding of the inverse
+
+
+def test_linear_fallback_uses_the_rate_and_latency() -> None:
+    model = BandwidthModel.from_curve((), 1e9, 0.5)
+    assert abs(model.copy_ms(1_000_000) - (0.5 + 1.0)) < 1e-12
+    assert model.copy_ms(0) == 0.0
+    assert model.bytes_within(0.4) == 0

@@ -1,0 +1,152 @@
+"""Properties every plan must have, on random problems (hypothesis)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flextensor_compile.planning import plan_profile, solve_stats
+from flextensor_compile.solve import STRATEGIES
+from flextensor_compile.stats import Stats
+from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.profile import (
+    PlanConfig,
+    Profile,
+    check_profile,
+    dumps,
+    loads,
+    occupied_slots,
+)
+from tests.solve.instances import random_stats, total_bytes
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _config(stats: Stats, fraction: float | None, strategy: str) -> PlanConfig:
+    budget = None if fraction is None else max(1, int(fraction * total_bytes(stats)))
+    return PlanConfig(budget_bytes=budget, strategy=strategy)
+
+
+def _plan(stats: Stats, config: PlanConfig) -> Profile | None:
+    try:
+        return plan_profile(stats, config, tool_version="t", torch_version="t")
+    except BudgetError:
+        return None
+
+
+fractions = st.one_of(st.none(), st.floats(0.05, 1.3))
+
+
+@SETTINGS
+@given(random_stats(), fractions, st.sampled_from(STRATEGIES))
+def test_profile_is_valid_and_round_trips(stats: Stats, fraction, strategy: str) -> None:
+    profile = _plan(stats, _config(stats, fraction, strategy))
+    if profile is None:
+        return
+    check_profile(profile)
+    assert loads(dumps(profile)) == profile
+    if profile.config.budget_bytes is not None:
+        assert profile.predicted.peak_bytes <= profile.config.budget_bytes
+
+
+@SETTINGS
+@given(random_stats(), fractions, st.sampled_from(STRATEGIES))
+def test_each_streamed_tensor_copied_once_into_a_large_enough_block(stats, fraction, strategy):
+    profile = _plan(stats, _config(stats, fraction, strategy))
+    if profile is None:
+        return
+    blocks = {b.id: b.bytes for b in profile.blocks}
+    per_trap = defaultdict(list)
+    for t in profile.schedule:
+        per_trap[t.trap].append(t)
+        assert t.offset + t.bytes <= blocks[t.block]
+    for order, trap in enumerate(profile.traps):
+        streamed = [e for e in trap.tensors if e.placement == "streamed" and e.tie is None]
+        assert len(per_trap[order]) == (1 if streamed else 0)
+        for e in streamed:
+            t = per_trap[order][0]
+            assert e.block == t.block and t.offset <= e.offset
+            assert e.offset + e.bytes <= t.offset + t.bytes
+
+
+def _blocks_users(profile: Profile) -> dict[int, list]:
+    users = defaultdict(list)
+    for t in profile.schedule:
+        users[t.block].append(t)
+    return users
+
+
+@SETTINGS
+@given(random_stats(), fractions)
+def test_no_two_held_transfers_share_block_bytes(stats: Stats, fraction) -> None:
+    profile = _plan(stats, _config(stats, fraction, "adaptive"))
+    if profile is None:
+        return
+    n = len(profile.traps)
+    for transfers in _blocks_users(profile).values():
+        for a in transfers:
+            for b in transfers:
+                if a.trap >= b.trap:
+                    continue
+                shared = set(occupied_slots(a, n)) & set(occupied_slots(b, n))
+                disjoint = a.offset + a.bytes <= b.offset or b.offset + b.bytes <= a.offset
+                assert not shared or disjoint
+
+
+@SETTINGS
+@given(random_stats(), fractions)
+def test_a_copy_never_starts_before_the_blocks_last_reader_finished(stats, fraction) -> None:
+    config = _config(stats, fraction, "adaptive")
+    try:
+        problem, plan = solve_stats(stats, config)
+    except BudgetError:
+        return
+    sim = plan.simulation
+    copy_start = {trap: start for trap, start, _ in sim.copy_spans_ms}
+    by_block = defaultdict(list)
+    for x in plan.transfers:
+        by_block[x.block].append(x)
+    for users in by_block.values():
+        for prev, nxt in zip(users, users[1:], strict=False):
+            # the copy for `nxt` starts after `prev` (its block's last reader) ended
+            assert nxt.issue_at > prev.release_after
+            assert copy_start[nxt.trap] >= sim.trap_spans_ms[prev.release_after][1] - 1e-9
+
+
+@SETTINGS
+@given(random_stats(), fractions, st.sampled_from(STRATEGIES))
+def test_output_is_deterministic(stats: Stats, fraction, strategy: str) -> None:
+    config = _config(stats, fraction, strategy)
+    first, second = _plan(stats, config), _plan(stats, config)
+    assert (first is None) == (second is None)
+    if first is not None and second is not None:
+        assert dumps(first) == dumps(second)
+
+
+@SETTINGS
+@given(random_stats(), st.floats(0.05, 0.9))
+def test_budget_error_names_a_budget_that_works(stats: Stats, fraction: float) -> None:
+    config = _config(stats, fraction, "adaptive")
+    try:
+        plan_profile(stats, config)
+        return
+    except BudgetError as exc:
+        message = str(exc)
+    least = int(message.split("at least ")[1].split(" bytes")[0])
+    assert least > (config.budget_bytes or 0)
+    profile = plan_profile(stats, PlanConfig(budget_bytes=least))
+    assert profile.predicted.peak_bytes <= least
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_fits_a_tight_budget(strategy: str) -> None:
+    from tests.solve.instances import uniform_stats
+
+    stats = uniform_stats(12)
+    budget = int(0.5 * total_bytes(stats))
+    profile = plan_profile(stats, PlanConfig(budget_bytes=budget, strategy=strategy))
+    assert profile.predicted.peak_bytes <= budget
+    assert profile.predicted.streamed_bytes > 0

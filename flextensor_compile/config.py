@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -23,8 +22,6 @@ __all__ = [
     "STRATEGIES",
     "TRANSFER_MODES",
     "OffloadConfig",
-    "parse_rate",
-    "parse_size",
 ]
 
 STRATEGIES = (
@@ -36,52 +33,9 @@ STRATEGIES = (
     "global-offload",
     "global-tensor-selection",
 )
-ASSIGNMENTS = ("optimized-round-robin", "strict-round-robin")
+ASSIGNMENTS = ("optimized-round-robin", "strict-round-robin")  # as the solver names them
 TRANSFER_MODES = ("allocation_block_transfer", "strategy", "raw_block_transfer")
 _DEVICES = ("auto", "cpu", "cuda")
-
-_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
-}  # fmt: skip
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str | int, what: str = "size") -> int:
-    """'6GiB' -> 6442450944; '512MB' -> 512000000; plain numbers are bytes."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        value, unit = float(text), ""
-    else:
-        m = _SIZE_RE.match(str(text))
-        if m is None or m.group(2).lower() not in _UNITS:
-            raise ConfigError(f"{what} {text!r} is not a size; write e.g. 6GiB, 512MB or 1048576")
-        value, unit = float(m.group(1)), m.group(2).lower()
-    result = int(value * _UNITS[unit])
-    if result <= 0:
-        raise ConfigError(f"{what} {text!r} must be positive; give a size such as 6GiB")
-    return result
-
-
-def parse_rate(text: str | float, what: str = "bandwidth") -> float:
-    """'25GB/s' -> 25e9 bytes/s; plain numbers are bytes per second."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        rate = float(text)
-    else:
-        body = str(text).strip()
-        for suffix in ("/s", "ps"):
-            if body.lower().endswith(suffix):
-                body = body[: -len(suffix)]
-        try:
-            rate = float(parse_size(body, what))
-        except ConfigError:
-            raise ConfigError(
-                f"{what} {text!r} is not a rate; write e.g. 25GB/s or 2.5e10"
-            ) from None
-    if not math.isfinite(rate) or rate <= 0:
-        raise ConfigError(f"{what} {text!r} must be a positive rate such as 25GB/s")
-    return rate
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,9 @@ def _cause(exc: BaseException, in_file: str | None = None) -> str:
 
 def _exec_file(path: Path) -> Any:
     if not path.is_file():
-        raise ModelFileError(f"{path}: no such model file; pass a .py file or package.module:function")
+        raise ModelFileError(
+            f"{path}: no such model file; pass a .py file or package.module:function"
+        )
     name = f"_ftc_model_{abs(hash(str(path.resolve()))):x}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -103,11 +105,15 @@ def _function(module: Any, name: str, source: str, required: bool) -> Callable[.
     fn = getattr(module, name, None)
     if fn is None:
         if required:
-            hint = "def build_model() -> torch.nn.Module" if name == "build_model" else f"def {name}()"
+            hint = (
+                "def build_model() -> torch.nn.Module" if name == "build_model" else f"def {name}()"
+            )
             raise ModelFileError(f"{source}: defines no {name}(); add `{hint}`")
         return None
     if not callable(fn):
-        raise ModelFileError(f"{source}: {name} is a {type(fn).__name__}, not a function; define it with def")
+        raise ModelFileError(
+            f"{source}: {name} is a {type(fn).__name__}, not a function; define it with def"
+        )
     return fn
 
 
@@ -116,7 +122,9 @@ def _patterns(module: Any, name: str, source: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = (value,)
     if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
-        raise ModelFileError(f"{source}: {name} must be a list of pattern strings, got {value!r:.60}")
+        raise ModelFileError(
+            f"{source}: {name} must be a list of pattern strings, got {value!r:.60}"
+        )
     return tuple(value)
 
 
@@ -152,7 +160,9 @@ def build_model(spec: ModelSpec) -> Any:
     try:
         model = spec.build()
     except Exception as exc:
-        raise ModelFileError(f"{spec.source}: build_model() raised {_cause(exc)}; fix build_model()") from None
+        raise ModelFileError(
+            f"{spec.source}: build_model() raised {_cause(exc)}; fix build_model()"
+        ) from None
     if not isinstance(model, torch.nn.Module):
         raise ModelFileError(
             f"{spec.source}: build_model() returned {type(model).__name__}, not a torch.nn.Module; "

@@ -92,7 +92,9 @@ def _record(
 ) -> tuple[TrapHooks, ReadRecorder, bool]:  # fmt: skip
     modules = dict(model.named_modules())
     counter = _flop_counter(count_flops)
-    sample: Callable[[], Any] = (lambda: float(counter.get_total_flops())) if counter else (lambda: 0.0)
+    sample: Callable[[], Any] = (
+        (lambda: float(counter.get_total_flops())) if counter else (lambda: 0.0)
+    )
     hooks = TrapHooks(model, {p: modules[p] for p in sel.traps}, sample=sample)
     names: dict[int, str] = {}
     for name, t, _ in iter_model_tensors(model):

@@ -91,9 +91,9 @@ class TrapHooks:
 
     def mark_op(self) -> None:
         """Record that compute ran outside every trap inside an iteration (a gap candidate)."""
-        if not self.stack and self.in_iteration:
-            if not self.events or self.events[-1].kind != "op":
-                self.events.append(Event("op", ""))
+        fresh = not self.events or self.events[-1].kind != "op"
+        if not self.stack and self.in_iteration and fresh:
+            self.events.append(Event("op", ""))
 
     def _manual(self, name: str, entering: bool) -> None:
         self.manual_seen = True

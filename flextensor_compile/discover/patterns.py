@@ -103,8 +103,12 @@ def select_traps(model: nn.Module, include: tuple[str, ...], exclude: tuple[str,
     named_buffers: set[str] = set()
     for pattern in patterns:
         hit_modules = [p for p, m in modules if _match(pattern, p, m)]
-        hit_tensors = [] if pattern.startswith("class:") else [n for n in params if _match(pattern, n)]
-        hit_buffers = [] if pattern.startswith("class:") else [n for n in buffers if _match(pattern, n)]
+        hit_tensors = (
+            [] if pattern.startswith("class:") else [n for n in params if _match(pattern, n)]
+        )
+        hit_buffers = (
+            [] if pattern.startswith("class:") else [n for n in buffers if _match(pattern, n)]
+        )
         if not (hit_modules or hit_tensors or hit_buffers) and not default:
             raise _no_match(pattern, [p for p, _ in modules] + params)
         named_buffers.update(hit_buffers)

@@ -146,7 +146,11 @@ def attribute(events: list[Event], plan: SlotPlan) -> dict[str, float]:
         open_value = last_value
         for e in it[1:]:
             if e.kind == "enter":
-                slot = e.name if e.name == last_name and e.name in plan.contiguous else gap_name(last_name)
+                slot = (
+                    e.name
+                    if e.name == last_name and e.name in plan.contiguous
+                    else gap_name(last_name)
+                )
                 if slot in totals:
                     totals[slot] += float(e.value) - last_value
                 open_value = float(e.value)

@@ -31,7 +31,9 @@ class GpuTarget:
     peak_bf16_flops: float  # dense tensor-core FLOP/s
     hbm_bytes_per_s: float  # device memory bandwidth
 
-    def device_spec(self, memory_bytes: int | None = None, h2d_bytes_per_s: float | None = None) -> DeviceSpec:
+    def device_spec(
+        self, memory_bytes: int | None = None, h2d_bytes_per_s: float | None = None
+    ) -> DeviceSpec:
         """The profile's device section for this target (optionally overriding memory/bandwidth)."""
         return DeviceSpec(
             name=self.name,

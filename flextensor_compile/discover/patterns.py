@@ -47,6 +47,11 @@ def _match(pattern: str, path: str, module: nn.Module | None = None) -> bool:
     return fnmatchcase(path, pattern)
 
 
+def _matches_ancestor(pattern: str, path: str) -> bool:
+    parts = path.split(".")
+    return any(fnmatchcase(".".join(parts[:i]), pattern) for i in range(1, len(parts)))
+
+
 def _module_bytes(module: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters())
 
@@ -111,7 +116,7 @@ def select_traps(model: nn.Module, include: tuple[str, ...], exclude: tuple[str,
         )
         if not (hit_modules or hit_tensors or hit_buffers) and not default:
             raise _no_match(pattern, [p for p, _ in modules] + params)
-        named_buffers.update(hit_buffers)
+        named_buffers.update(b for b in hit_buffers if not _matches_ancestor(pattern, b))
         for path in hit_modules:
             chosen[path] = None
         for name in hit_tensors + hit_buffers:

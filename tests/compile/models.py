@@ -103,7 +103,9 @@ class CrossRead(nn.Module):
         super().__init__()
         self.gate = nn.Parameter(torch.ones(DIM, DIM))
         first = Block()
-        self.layers = nn.ModuleList([first, PeekBlock(first.fc1, "weight"), PeekBlock(self, "gate")])
+        self.layers = nn.ModuleList(
+            [first, PeekBlock(first.fc1, "weight"), PeekBlock(self, "gate")]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:

@@ -111,9 +111,10 @@ def test_meta_device_discovery_counts_flops_without_data():
     assert d.meta and d.plan.traps == ("layers.0", "layers.1", "layers.2")
     # each block: fc1 (6x8 @ 8x16) + fc2 (6x16 @ 16x8) = 2 * 2*6*8*16 FLOPs
     assert d.flops["layers.1"] == 2 * 2 * 6 * 8 * 16
-    assert d.weight_bytes("layers.0") == sum(
-        p.numel() * 4 for p in model.layers[0].parameters()
-    ) + 4 * 8  # plus the `scale` buffer
+    assert (
+        d.weight_bytes("layers.0")
+        == sum(p.numel() * 4 for p in model.layers[0].parameters()) + 4 * 8
+    )  # plus the `scale` buffer
 
 
 def test_nested_traps_are_dropped():
@@ -124,7 +125,9 @@ def test_nested_traps_are_dropped():
     assert d.plan.traps == ("layers.0", "extra.0")
 
 
-@pytest.mark.skipif(not manual_blocks_supported(), reason="the runtime's offload_block hook is not available")
+@pytest.mark.skipif(
+    not manual_blocks_supported(), reason="the runtime's offload_block hook is not available"
+)
 def test_manual_offload_block_regions():
     from flextensor_runtime.manual import offload_block
 

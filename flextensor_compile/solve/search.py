@@ -46,12 +46,11 @@ def fit_level(
     return best
 
 
-def smallest_memory(problem: Problem, block_counts: tuple[int, ...]) -> int | None:
-    """The least peak any plan of ours reaches: everything streams (or every other trap)."""
+def smallest_memory(
+    problem: Problem, block_counts: tuple[int, ...], every_other: Selection
+) -> int | None:
+    """The least peak of our plans: everything streams, or (one block) every other trap."""
     full = tuple(tuple(range(len(t.items))) for t in problem.traps)
-    every_other = tuple(
-        ch if o % 2 == 0 and o != len(full) - 1 else () for o, ch in enumerate(full)
-    )
     found = []
     for sel in (full, every_other):
         for k in block_counts:

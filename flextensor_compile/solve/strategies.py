@@ -25,12 +25,13 @@ from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import fit_level, smallest_memory
 from flextensor_runtime.errors import BudgetError, ConfigError
 
-__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "solve"]
+__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve"]
 
 DEFAULT_STRATEGY = "adaptive"
 STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack",
               "global-offload", "global-tensor-selection")  # fmt: skip
 _BLOCK_COUNTS = (1, 2, 3, 4)
+_MIN_WINDOW_MS = 1e-6  # shorter windows hide no copy
 
 Candidate = tuple[str, Selection]
 Generator = Callable[[Context, int], Iterator[Candidate]]
@@ -51,7 +52,7 @@ def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, k: 
 def _time_hi(ctx: Context) -> float:
     bw = ctx.problem.bandwidth
     ratios = [bw.copy_ms(s) / w for s, w in zip(ctx.streamable, ctx.window_ms, strict=True)
-              if s and w > 0]  # fmt: skip
+              if s and w > _MIN_WINDOW_MS]  # fmt: skip
     return max(ratios, default=1.0) * 1.001 + 1e-9
 
 
@@ -103,18 +104,25 @@ def _global_tensor_selection(ctx: Context, k: int) -> Iterator[Candidate]:
         yield from _fit(ctx, "global-tensor-selection", ctx.blended_caps(alpha), True, hi, k)
 
 
+def nth_selection(problem: Problem, step: int) -> Selection:
+    """Every trap whose order is a multiple of `step` streams whole (the last one not, when it
+    would be adjacent to trap 0 across the iteration boundary)."""
+    n = len(problem.traps)
+    chosen = {o for o, t in enumerate(problem.traps) if t.items and o % step == 0}
+    if 0 in chosen and n - 1 in chosen and n > 1:
+        chosen.discard(n - 1)
+    return tuple(
+        tuple(range(len(t.items))) if o in chosen else () for o, t in enumerate(problem.traps)
+    )
+
+
 def _nth_layer(ctx: Context, k: int) -> Iterator[Candidate]:
     p = ctx.problem
-    streaming = [o for o, t in enumerate(p.traps) if t.items]
-    full = tuple(tuple(range(len(t.items))) for t in p.traps)
-    for step in range(len(streaming), 0, -1):
-        chosen = set(streaming[::step])
-        sel = tuple(ch if o in chosen else () for o, ch in enumerate(full))
-        if p.budget_bytes is None:
-            if step == 2 or len(streaming) < 2:
-                yield "nth-layer", sel
-                return
-            continue
+    if p.budget_bytes is None:
+        yield "nth-layer", nth_selection(p, 2)
+        return
+    for step in range(len(p.traps), 0, -1):
+        sel = nth_selection(p, step)
         mem = plan_memory(p, sel, k)
         if mem is not None and mem <= p.budget_bytes:
             yield "nth-layer", sel
@@ -162,9 +170,10 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
             best = plan
     if best is not None:
         return best
-    least = smallest_memory(problem, _block_counts(problem))
+    least = smallest_memory(problem, _block_counts(problem), nth_selection(problem, 2))
     hint = f"at least {least} bytes" if least is not None else "more memory"
+    also = "" if strategy == DEFAULT_STRATEGY else f" with --strategy {DEFAULT_STRATEGY}"
     raise BudgetError(
         f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes (the smallest "
-        f"feasible budget is {hint}); raise --budget or --mem-fraction to {hint}"
+        f"feasible budget is {hint}); raise --budget or --mem-fraction to {hint}{also}"
     )

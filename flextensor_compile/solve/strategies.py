@@ -30,7 +30,7 @@ __all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve"]
 DEFAULT_STRATEGY = "adaptive"
 STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack",
               "global-offload", "global-tensor-selection")  # fmt: skip
-_BLOCK_COUNTS = (1, 2, 3, 4)
+_BLOCK_COUNTS = (1, 2, 3)
 _MIN_WINDOW_MS = 1e-6  # shorter windows hide no copy
 
 Candidate = tuple[str, Selection]
@@ -42,11 +42,11 @@ def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, k: 
     select = (lambda x: ctx.exact(family(x))) if exact else (lambda x: ctx.greedy(family(x)))
     p = ctx.problem
     if p.budget_bytes is None:
-        yield name, select(p.transfer_budget_scale)
+        yield name, select(p.transfer_budget_scale).selection
         return
-    sel = fit_level(p, select, hi, k)
-    if sel is not None:
-        yield name, sel
+    pick = fit_level(ctx, select, hi, k)
+    if pick is not None:
+        yield name, pick.selection
 
 
 def _time_hi(ctx: Context) -> float:
@@ -100,8 +100,12 @@ def _global_tensor_selection(ctx: Context, k: int) -> Iterator[Candidate]:
         yield from _latency_family(ctx, "global-tensor-selection", True, k)
         return
     hi = ctx.problem.bandwidth.copy_ms(int(_bytes_hi(ctx))) * 1.001 + 1e-9
-    for alpha in (0.0, 0.5, 0.9):
-        yield from _fit(ctx, "global-tensor-selection", ctx.blended_caps(alpha), True, hi, k)
+    yield from _fit(ctx, "global-tensor-selection", ctx.blended_caps(0.0), True, hi, k)
+    windows = ctx.window_ms
+    mean_ms = sum(windows) / max(1, len(windows))
+    if mean_ms > _MIN_WINDOW_MS:
+        top = 1.0 + hi / mean_ms
+        yield from _fit(ctx, "global-tensor-selection", ctx.window_plus_caps(), True, top, k)
 
 
 def nth_selection(problem: Problem, step: int) -> Selection:

@@ -161,10 +161,21 @@ def _wan(video: int = 32760, text: int = 512) -> Stats:
 
 INSTANCES: dict[str, Callable[[], Stats]] = {
     "llama-8b-decode": lambda: _llama("llama-8b-decode", 32, 4096, 14336, 1024, 128256, 1, 2048),
-    "llama-8b-prefill2k": lambda: _llama("llama-8b-prefill2k", 32, 4096, 14336, 1024, 128256,
-                                         2048, 2048),  # fmt: skip
-    "llama-70b-fp8-prefill2k": lambda: _llama("llama-70b-fp8-prefill2k", 80, 8192, 28672, 1024,
-                                              128256, 2048, 2048, fp8=True, per_layer=True),  # fmt: skip
+    "llama-8b-prefill2k": lambda: _llama(
+        "llama-8b-prefill2k", 32, 4096, 14336, 1024, 128256, 2048, 2048
+    ),  # fmt: skip
+    "llama-70b-fp8-prefill2k": lambda: _llama(
+        "llama-70b-fp8-prefill2k",
+        80,
+        8192,
+        28672,
+        1024,
+        128256,
+        2048,
+        2048,
+        fp8=True,
+        per_layer=True,
+    ),  # fmt: skip
     "mixtral-8x7b-prefill2k": _mixtral,
     "flux-12b-1024px": _flux,
     "wan-14b-480p": _wan,

@@ -33,14 +33,22 @@ def _run(doc: dict, adaptive: type, layer_cls: type, tensor_cls: type) -> dict:
     for trap in doc["traps"]:
         tensors = []
         for t in trap["tensors"]:
-            tensors.append(tensor_cls(tensor_id=tensor_id, name=t["name"],
-                                            size_bytes=t["bytes"], load_time_ms=t["copy_ms"]))
+            tensors.append(
+                tensor_cls(
+                    tensor_id=tensor_id,
+                    name=t["name"],
+                    size_bytes=t["bytes"],
+                    load_time_ms=t["copy_ms"],
+                )
+            )
             tensor_id += 1
-        layer_stats.append(layer_cls(label=trap["name"], tensors=tensors,
-                                           duration=trap["compute_ms"]))
+        layer_stats.append(
+            layer_cls(label=trap["name"], tensors=tensors, duration=trap["compute_ms"])
+        )
     memory_stats = {int(b): float(ms) for b, ms in doc["memory_stats"]}
-    strategy = adaptive(scale=1.0, loader_type="allocation_block_transfer",
-                                n_blocks=4, min_blocks=4)  # FlexTensor 0.5's config defaults
+    strategy = adaptive(
+        scale=1.0, loader_type="allocation_block_transfer", n_blocks=4, min_blocks=4
+    )  # FlexTensor 0.5's config defaults
     start = time.perf_counter()
     try:
         result = strategy.compute(layer_stats, memory_stats, doc["budget_bytes"])
@@ -50,9 +58,13 @@ def _run(doc: dict, adaptive: type, layer_cls: type, tensor_cls: type) -> dict:
     offloaded = {label: [t.name for t in ts] for label, ts in result.strategy_map.items() if ts}
     sizes = result.block_data.block_sizes if result.block_data else []
     block_bytes = list(sizes.values()) if isinstance(sizes, dict) else list(sizes)
-    return {"offloaded": offloaded, "n_blocks": len(block_bytes),
-            "block_bytes": [int(b) for b in block_bytes],
-            "selected": strategy.selected_strategy_name, "solve_s": solve_s}
+    return {
+        "offloaded": offloaded,
+        "n_blocks": len(block_bytes),
+        "block_bytes": [int(b) for b in block_bytes],
+        "selected": strategy.selected_strategy_name,
+        "solve_s": solve_s,
+    }
 
 
 if __name__ == "__main__":

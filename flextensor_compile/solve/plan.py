@@ -14,8 +14,16 @@ from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.simulate import CopyJob, Simulation, simulate
 
-__all__ = ["Pick", "Plan", "PlannedTransfer", "Selection", "build_plan", "pick_memory", "pick_of",
-           "plan_memory"]
+__all__ = [
+    "Pick",
+    "Plan",
+    "PlannedTransfer",
+    "Selection",
+    "build_plan",
+    "pick_memory",
+    "pick_of",
+    "plan_memory",
+]
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
 
@@ -79,29 +87,37 @@ def _packed(pick: Pick) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return traps, tuple(pick.slot_bytes[o] for o in traps)
 
 
-def pick_memory(problem: Problem, pick: Pick, num_blocks: int) -> int | None:
+def pick_memory(
+    problem: Problem, pick: Pick, num_blocks: int, order: str = "least-growth"
+) -> int | None:
     """Peak bytes of a pick with `num_blocks` blocks (None: cannot be scheduled)."""
     traps, sizes = _packed(pick)
-    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, problem.assignment)
+    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order)
     if a is None:
         return None
     resident = problem.total_bytes - pick.streamed_bytes
     return resident + sum(a.block_bytes) + problem.reserve_bytes
 
 
-def plan_memory(problem: Problem, selection: Selection, num_blocks: int) -> int | None:
+def plan_memory(
+    problem: Problem, selection: Selection, num_blocks: int, order: str = "least-growth"
+) -> int | None:
     """Peak bytes of a selection with `num_blocks` blocks (None: cannot be scheduled)."""
-    return pick_memory(problem, pick_of(problem, selection), num_blocks)
+    return pick_memory(problem, pick_of(problem, selection), num_blocks, order)
 
 
 def build_plan(
-    problem: Problem, selection: Selection, num_blocks: int, strategy: str
+    problem: Problem,
+    selection: Selection,
+    num_blocks: int,
+    strategy: str,
+    order: str = "least-growth",
 ) -> Plan | None:
     """Assign, schedule and simulate a selection; None when it cannot be scheduled."""
     pick = pick_of(problem, selection)
     traps, sizes = _packed(pick)
     n = len(problem.traps)
-    a = assign_blocks(traps, sizes, n, num_blocks, problem.assignment)
+    a = assign_blocks(traps, sizes, n, num_blocks, order)
     if a is None:
         return None
     bw = problem.bandwidth

@@ -17,7 +17,15 @@ from flextensor_compile.stats import Stats, TensorStat
 from flextensor_runtime.errors import ConfigError, StatsFormatError
 from flextensor_runtime.profile import PlanConfig
 
-__all__ = ["ALIGN_BYTES", "TINY_RATIO", "Item", "Problem", "TrapSpec", "align_up", "problem_from_stats"]
+__all__ = [
+    "ALIGN_BYTES",
+    "TINY_RATIO",
+    "Item",
+    "Problem",
+    "TrapSpec",
+    "align_up",
+    "problem_from_stats",
+]
 
 ALIGN_BYTES = 256  # every streamed tensor starts at a multiple of this inside its block
 TINY_RATIO = 64  # a tensor under 1/64 of its trap's largest stays resident (not worth a copy)

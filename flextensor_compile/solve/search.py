@@ -21,15 +21,16 @@ __all__ = ["BISECT_STEPS", "fit_level", "smallest_memory"]
 BISECT_STEPS = 16
 
 
-def fit_level(ctx: Context, select: Callable[[float], Pick], hi: float, num_blocks: int
-              ) -> Pick | None:  # fmt: skip
+def fit_level(
+    ctx: Context, select: Callable[[float], Pick], hi: float, num_blocks: int, order: str
+) -> Pick | None:
     """The pick at about the smallest level in [0, hi] whose peak fits the budget, or None."""
     problem = ctx.problem
     budget = problem.budget_bytes
     assert budget is not None
 
     def fits(pick: Pick) -> bool:
-        mem = pick_memory(problem, pick, num_blocks)
+        mem = pick_memory(problem, pick, num_blocks, order)
         return mem is not None and mem <= budget
 
     low = select(0.0)
@@ -63,14 +64,14 @@ def _mix(ctx: Context, low: Pick, high: Pick, fits: Callable[[Pick], bool]) -> P
 
 
 def smallest_memory(
-    problem: Problem, block_counts: tuple[int, ...], every_other: Selection
+    problem: Problem, layouts: tuple[tuple[int, str], ...], every_other: Selection
 ) -> int | None:
     """The least peak of our plans: everything streams, or (one block) every other trap."""
     full = tuple(tuple(range(len(t.items))) for t in problem.traps)
     found = []
     for sel in (full, every_other):
-        for k in block_counts:
-            mem = plan_memory(problem, sel, k)
+        for k, order in layouts:
+            mem = plan_memory(problem, sel, k, order)
             if mem is not None:
                 found.append(mem)
     return min(found, default=None)

@@ -7,11 +7,12 @@ Owns: `solve(problem, strategy) -> Plan` and the documented algorithm of every s
 - adaptive-knapsack: exact subsets against time windows when copies can hide in compute,
   against bytes in proportion to each trap's weights when copies dominate;
 - global-offload: per trap, largest tensors first that fit the window before it;
-- global-tensor-selection: exact subsets against blended time-and-bytes caps for the whole model
-  at one level (three blends), keeping the best simulated;
+- global-tensor-selection: exact subsets for the whole model at one level of two cap families
+  (a uniform byte cap; each window plus a uniform extra), keeping the best simulated;
 - adaptive (default): all of the above, best by makespan, then peak, then streamed bytes.
-In memory mode every strategy bisects its level to the smallest that fits the budget, for each
-block count tried; latency mode uses the windows scaled by `transfer_budget_scale`, uncapped.
+In memory mode every strategy bisects its level to the least streaming that fits the budget,
+for each layout tried (block count x block order); latency mode streams what fits the windows
+scaled by `transfer_budget_scale`, uncapped.
 Must not know: the profile format, files, clocks.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from flextensor_compile.solve.assign import orders_for
 from flextensor_compile.solve.families import CapFamily, Context, make_context
 from flextensor_compile.solve.plan import Plan, Selection, build_plan, plan_memory
 from flextensor_compile.solve.problem import Problem
@@ -33,18 +35,19 @@ STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack"
 _BLOCK_COUNTS = (1, 2, 3)
 _MIN_WINDOW_MS = 1e-6  # shorter windows hide no copy
 
+Layout = tuple[int, str]  # (number of blocks, block order)
 Candidate = tuple[str, Selection]
-Generator = Callable[[Context, int], Iterator[Candidate]]
+Generator = Callable[[Context, Layout], Iterator[Candidate]]
 
 
-def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, k: int
+def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout
          ) -> Iterator[Candidate]:  # fmt: skip
     select = (lambda x: ctx.exact(family(x))) if exact else (lambda x: ctx.greedy(family(x)))
     p = ctx.problem
     if p.budget_bytes is None:
         yield name, select(p.transfer_budget_scale).selection
         return
-    pick = fit_level(ctx, select, hi, k)
+    pick = fit_level(ctx, select, hi, lay[0], lay[1])
     if pick is not None:
         yield name, pick.selection
 
@@ -60,23 +63,19 @@ def _bytes_hi(ctx: Context) -> float:
     return float(max(ctx.streamable, default=0)) + 1.0
 
 
-def _latency_family(ctx: Context, name: str, exact: bool, k: int) -> Iterator[Candidate]:
-    yield from _fit(ctx, name, ctx.time_caps(), exact, _time_hi(ctx), k)
+def _knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay)
 
 
-def _knapsack(ctx: Context, k: int) -> Iterator[Candidate]:
-    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), k)
-
-
-def _greedy(ctx: Context, k: int) -> Iterator[Candidate]:
+def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if ctx.problem.budget_bytes is None:
-        yield from _latency_family(ctx, "greedy", False, k)
+        yield from _fit(ctx, "greedy", ctx.time_caps(), False, _time_hi(ctx), lay)
         return
-    yield from _fit(ctx, "greedy", ctx.uniform_caps(), False, _bytes_hi(ctx), k)
+    yield from _fit(ctx, "greedy", ctx.uniform_caps(), False, _bytes_hi(ctx), lay)
 
 
-def _global_offload(ctx: Context, k: int) -> Iterator[Candidate]:
-    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), k)
+def _global_offload(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay)
 
 
 def _copies_dominate(ctx: Context) -> bool:
@@ -87,25 +86,25 @@ def _copies_dominate(ctx: Context) -> bool:
     return p.bandwidth.copy_ms(need) > p.compute_ms
 
 
-def _adaptive_knapsack(ctx: Context, k: int) -> Iterator[Candidate]:
+def _adaptive_knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if _copies_dominate(ctx):
-        yield from _fit(ctx, "adaptive-knapsack", ctx.proportional_caps(), True,
-                        _bytes_hi(ctx), k)  # fmt: skip
+        family, hi = ctx.proportional_caps(), _bytes_hi(ctx)
     else:
-        yield from _fit(ctx, "adaptive-knapsack", ctx.time_caps(), True, _time_hi(ctx), k)
+        family, hi = ctx.time_caps(), _time_hi(ctx)
+    yield from _fit(ctx, "adaptive-knapsack", family, True, hi, lay)
 
 
-def _global_tensor_selection(ctx: Context, k: int) -> Iterator[Candidate]:
+def _global_tensor_selection(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    name = "global-tensor-selection"
     if ctx.problem.budget_bytes is None:
-        yield from _latency_family(ctx, "global-tensor-selection", True, k)
+        yield from _fit(ctx, name, ctx.time_caps(), True, _time_hi(ctx), lay)
         return
     hi = ctx.problem.bandwidth.copy_ms(int(_bytes_hi(ctx))) * 1.001 + 1e-9
-    yield from _fit(ctx, "global-tensor-selection", ctx.blended_caps(0.0), True, hi, k)
+    yield from _fit(ctx, name, ctx.blended_caps(0.0), True, hi, lay)
     windows = ctx.window_ms
     mean_ms = sum(windows) / max(1, len(windows))
     if mean_ms > _MIN_WINDOW_MS:
-        top = 1.0 + hi / mean_ms
-        yield from _fit(ctx, "global-tensor-selection", ctx.window_plus_caps(), True, top, k)
+        yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay)
 
 
 def nth_selection(problem: Problem, step: int) -> Selection:
@@ -120,14 +119,14 @@ def nth_selection(problem: Problem, step: int) -> Selection:
     )
 
 
-def _nth_layer(ctx: Context, k: int) -> Iterator[Candidate]:
+def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     p = ctx.problem
     if p.budget_bytes is None:
         yield "nth-layer", nth_selection(p, 2)
         return
     for step in range(len(p.traps), 0, -1):
         sel = nth_selection(p, step)
-        mem = plan_memory(p, sel, k)
+        mem = plan_memory(p, sel, lay[0], lay[1])
         if mem is not None and mem <= p.budget_bytes:
             yield "nth-layer", sel
             return
@@ -143,19 +142,23 @@ _GENERATORS: dict[str, Generator] = {
 }
 
 
-def _block_counts(p: Problem) -> tuple[int, ...]:
+def layouts(p: Problem) -> tuple[Layout, ...]:
+    """Block counts (the configured one, else 1 to 3 within `min_blocks`) x block orders."""
     if p.num_blocks is not None:
-        return (p.num_blocks,)
-    return tuple(k for k in _BLOCK_COUNTS if k >= p.min_blocks) or (p.min_blocks,)
+        counts: tuple[int, ...] = (p.num_blocks,)
+    else:
+        counts = tuple(k for k in _BLOCK_COUNTS if k >= p.min_blocks) or (p.min_blocks,)
+    orders = orders_for(p.assignment)
+    return tuple((k, o) for k in counts for o in (orders if k > 1 else orders[:1]))
 
 
 def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
     names = list(_GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
-    for k in _block_counts(p):
+    for lay in layouts(p):
         for name in names:
-            for label, sel in _GENERATORS[name](ctx, k):
-                plan = build_plan(p, sel, k, label)
+            for label, sel in _GENERATORS[name](ctx, lay):
+                plan = build_plan(p, sel, lay[0], label, lay[1])
                 if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
                     continue
                 if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:
@@ -174,7 +177,7 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
             best = plan
     if best is not None:
         return best
-    least = smallest_memory(problem, _block_counts(problem), nth_selection(problem, 2))
+    least = smallest_memory(problem, layouts(problem), nth_selection(problem, 2))
     hint = f"at least {least} bytes" if least is not None else "more memory"
     also = "" if strategy == DEFAULT_STRATEGY else f" with --strategy {DEFAULT_STRATEGY}"
     raise BudgetError(

@@ -65,10 +65,10 @@ def _llama(name: str, layers: int, h: int, ffn: int, kv: int, vocab: int, tokens
     kv_bytes = 2 * context * kv * 2
     for i in range(layers):
         p = f"model.layers.{i}."
-        attn = [_t(p + "input_layernorm.weight", (h,))] + _llama_attn(p, h, kv, dt, fp8)
-        mlp = [_t(p + "post_attention_layernorm.weight", (h,))] + _linears(
-            p + "mlp.", {"gate_proj": (ffn, h), "up_proj": (ffn, h), "down_proj": (h, ffn)},
-            dt, fp8)  # fmt: skip
+        attn = [_t(p + "input_layernorm.weight", (h,)), *_llama_attn(p, h, kv, dt, fp8)]
+        mlp_shapes = {"gate_proj": (ffn, h), "up_proj": (ffn, h), "down_proj": (h, ffn)}
+        mlp = [_t(p + "post_attention_layernorm.weight", (h,)),
+               *_linears(p + "mlp.", mlp_shapes, dt, fp8)]  # fmt: skip
         if per_layer:
             rope = _t(p + "self_attn.rotary_emb.inv_freq", (64,), "float32", "buffer")
             traps.append(_trap(p[:-1], [*attn, *mlp, rope], attn_flops + mlp_flops,
@@ -87,7 +87,7 @@ def _mixtral(tokens: int = 2048) -> Stats:
     traps = [_trap("embed_tokens", [_t("model.embed_tokens.weight", (vocab, h))], 0, act)]
     for i in range(32):
         p = f"model.layers.{i}."
-        attn = [_t(p + "input_layernorm.weight", (h,))] + _llama_attn(p, h, kv, "bfloat16", False)
+        attn = [_t(p + "input_layernorm.weight", (h,)), *_llama_attn(p, h, kv, "bfloat16", False)]
         flops = 2 * tokens * (2 * h * h + 2 * kv * h) + 4 * tokens * tokens * h
         traps.append(_trap(p + "self_attn", attn, flops, 3 * act))
         moe = [_t(p + "post_attention_layernorm.weight", (h,)),
@@ -163,7 +163,7 @@ INSTANCES: dict[str, Callable[[], Stats]] = {
     "llama-8b-decode": lambda: _llama("llama-8b-decode", 32, 4096, 14336, 1024, 128256, 1, 2048),
     "llama-8b-prefill2k": lambda: _llama(
         "llama-8b-prefill2k", 32, 4096, 14336, 1024, 128256, 2048, 2048
-    ),  # fmt: skip
+    ),
     "llama-70b-fp8-prefill2k": lambda: _llama(
         "llama-70b-fp8-prefill2k",
         80,
@@ -175,7 +175,7 @@ INSTANCES: dict[str, Callable[[], Stats]] = {
         2048,
         fp8=True,
         per_layer=True,
-    ),  # fmt: skip
+    ),
     "mixtral-8x7b-prefill2k": _mixtral,
     "flux-12b-1024px": _flux,
     "wan-14b-480p": _wan,

@@ -124,8 +124,8 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if p.budget_bytes is None:
         yield "nth-layer", nth_selection(p, 2)
         return
-    for step in range(len(p.traps), 0, -1):
-        sel = nth_selection(p, step)
+    for step in range(len(p.traps) + 1, 0, -1):  # n + 1: nothing streams
+        sel = nth_selection(p, step) if step <= len(p.traps) else tuple(() for _ in p.traps)
         mem = plan_memory(p, sel, lay[0], lay[1])
         if mem is not None and mem <= p.budget_bytes:
             yield "nth-layer", sel

@@ -7,6 +7,7 @@ or how documents are drawn (render).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,17 +17,64 @@ __all__ = ["register"]
 def inspect(
     profile: Path = typer.Argument(..., help="An offload profile (.msgpack) written by ftc."),
     as_json: bool = typer.Option(False, "--json", help="Print the stable JSON document."),
+    explain: bool = typer.Option(
+        False, "--explain", help="Say why each tensor streams or stays, and list the blocks."
+    ),
+    timeline: Path = typer.Option(
+        None, "--timeline", help="Draw one iteration's compute and copy lanes to this PNG."
+    ),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
     from flextensor_compile.cli.render import out_console, print_json, render_inspect
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_runtime.profile import load
 
-    doc = inspect_document(load(profile))
+    loaded = load(profile)
+    doc = inspect_document(loaded)
+    if timeline is not None:
+        from flextensor_compile.timeline import plot_timeline
+
+        plot_timeline(loaded, timeline)
+    if explain:
+        from flextensor_compile.explain import explain_profile, explanation_json
+
+        expl = explain_profile(loaded)
+        doc = {**doc, "explain": explanation_json(expl)}
     if as_json:
         print_json(doc)
-    else:
-        render_inspect(doc, out_console())
+        return
+    console = out_console()
+    render_inspect(doc, console)
+    if explain:
+        _render_explain(doc["explain"], console)
+    if timeline is not None:
+        console.print(f"timeline written to {timeline}")
+
+
+def _render_explain(expl: dict, console: Any) -> None:
+    from rich.table import Table
+
+    from flextensor_compile.units import format_bytes
+
+    left = expl["budget_left_bytes"]
+    console.print(f"\nbudget left: {'no cap' if left is None else format_bytes(left)}")
+    why = Table(title="why each tensor streams or stays", title_justify="left",
+                header_style="bold")  # fmt: skip
+    for col in ("tensor", "placement", "size", "window ms", "copy ms", "reason"):
+        why.add_column(col, justify="right" if col in ("size", "window ms", "copy ms") else "left")
+    for t in expl["tensors"]:
+        why.add_row(t["name"], t["placement"], format_bytes(t["bytes"]), f"{t['window_ms']:.3f}",
+                    f"{t['copy_ms']:.3f}", t["reason"])  # fmt: skip
+    console.print(why)
+    blocks = Table(title="block assignment (transfers in trap order: issued at -> released after)",
+                   title_justify="left", header_style="bold")  # fmt: skip
+    for col in ("block", "size", "transfers"):
+        blocks.add_column(col, justify="right" if col != "transfers" else "left")
+    for b in expl["blocks"]:
+        users = ", ".join(f"{u['trap']} {u['name']} ({format_bytes(u['bytes'])}, "
+                          f"{u['issue_at']}->{u['release_after']})" for u in b["transfers"])  # fmt: skip
+        blocks.add_row(str(b["block"]), format_bytes(b["bytes"]), users)
+    console.print(blocks)
 
 
 def register(app: typer.Typer) -> None:

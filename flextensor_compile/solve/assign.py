@@ -1,7 +1,8 @@
 """Block assignment and the prefetch schedule: which memory block each transfer uses, and when.
 
-Owns: strict round robin (transfer j -> block j mod K) and optimized round robin (each transfer
-goes to the block that grows least, never the block the previous transfer holds), block sizes
+Owns: the two block orders, "strict" (transfer j -> block j mod K) and "least-growth" (each
+transfer goes to the block that grows least, least recently used first, never a block whose
+last reader is the trap just before; strict when that fails), block sizes
 (each block as large as the largest transfer it carries), and the schedule: a transfer is issued
 at the entry of the trap after the block's previous reader (as early as the block allows,
 cyclically, so the first traps' weights are fetched during the tail of the previous iteration);
@@ -14,9 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ASSIGNMENTS", "Assignment", "assign_blocks"]
+__all__ = ["ASSIGNMENTS", "ORDERS", "Assignment", "assign_blocks", "orders_for"]
 
-ASSIGNMENTS = ("strict-round-robin", "optimized-round-robin")
+ASSIGNMENTS = ("strict-round-robin", "optimized-round-robin")  # what a config may name
+ORDERS = ("strict", "least-growth")
+
+
+def orders_for(assignment: str) -> tuple[str, ...]:
+    """Strict round robin uses the strict order; optimized round robin tries both orders and
+    the planner keeps the better plan."""
+    return ("strict",) if assignment == "strict-round-robin" else ("least-growth", "strict")
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,7 @@ def assign_blocks(
     if n_traps < 2 or num_blocks < 1:
         return None
     k = min(num_blocks, m)
-    if mode == "optimized-round-robin":
+    if mode == "least-growth":
         blocks = _least_growth(traps, sizes, n_traps, k)
         done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
         if done is not None:

@@ -14,6 +14,8 @@ from flextensor_runtime.errors import ConfigError
 
 __all__ = ["BandwidthModel"]
 
+_MAX_MS = 1e15  # longer windows are treated as this long (keeps byte counts finite)
+
 
 @dataclass(frozen=True)
 class BandwidthModel:
@@ -76,8 +78,9 @@ class BandwidthModel:
     def bytes_within(self, ms: float) -> int:
         """The most bytes one copy moves in `ms` (latency included); 0 if `ms` <= latency."""
         budget = ms - self.latency_ms
-        if budget <= 0:
+        if not budget > 0:  # also NaN
             return 0
+        budget = min(budget, _MAX_MS)
         pts = self.points
         if not pts:
             return int(budget * self.tail_bytes_per_ms)

@@ -2,8 +2,8 @@
 
 Owns: the transfer window of each trap (compute time of the traps since the previous module
 trap, so gap traps widen it), the cap families (time window, uniform bytes, bytes in proportion
-to what a trap can stream, and blends), and turning caps into a selection exactly (subset-sum
-table) or greedily (largest items first).
+to what a trap can stream, and blends), turning caps into a pick exactly (subset-sum table) or
+greedily (largest items first), and mixing two picks trap by trap in a spread-out order.
 Must not know: blocks, schedules, budgets.
 """
 
@@ -12,38 +12,66 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flextensor_compile.solve.plan import Selection
+from flextensor_compile.solve.plan import Pick
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.subset import SubsetTable
 
 __all__ = ["CapFamily", "Context", "make_context"]
 
 CapFamily = Callable[[float], tuple[float, ...]]  # level x -> per-trap cap in slot bytes
+_GOLDEN = 0.6180339887498949
 
 
 @dataclass(frozen=True)
 class Context:
-    """What every strategy reuses: subset tables, windows, and per-trap streamable bytes."""
+    """What every strategy reuses: subset tables, windows, per-trap streamable bytes, and a
+    per-solve cache of the counted bytes of table entries."""
 
     problem: Problem
     tables: tuple[SubsetTable, ...]
     window_ms: tuple[float, ...]
     streamable: tuple[int, ...]  # slot bytes if everything a trap can stream streams
+    spread: tuple[int, ...]  # trap orders in a low-discrepancy order (for mixing)
+    counted: tuple[dict[int, int], ...]
 
-    def exact(self, caps: tuple[float, ...]) -> Selection:
-        return tuple(t.subsets[t.best_within(c)] for t, c in zip(self.tables, caps, strict=True))
+    def _counted(self, order: int, k: int) -> int:
+        cache = self.counted[order]
+        if k not in cache:
+            items = self.problem.traps[order].items
+            cache[k] = sum(items[j].bytes for j in self.tables[order].subsets[k])
+        return cache[k]
 
-    def greedy(self, caps: tuple[float, ...]) -> Selection:
-        out = []
+    def exact(self, caps: tuple[float, ...]) -> Pick:
+        sel, slots, streamed = [], [], []
+        for order, (table, cap) in enumerate(zip(self.tables, caps, strict=True)):
+            k = table.best_within(cap)
+            sel.append(table.subsets[k])
+            slots.append(table.sums[k])
+            streamed.append(self._counted(order, k))
+        return Pick(tuple(sel), tuple(slots), tuple(streamed))
+
+    def greedy(self, caps: tuple[float, ...]) -> Pick:
+        sel, slots, streamed = [], [], []
         for trap, cap in zip(self.problem.traps, caps, strict=True):
             order = sorted(range(len(trap.items)), key=lambda k: (-trap.items[k].slot_bytes, k))
-            chosen, used = [], 0
+            chosen, used, counted = [], 0, 0
             for k in order:
                 if used + trap.items[k].slot_bytes <= cap:
                     chosen.append(k)
                     used += trap.items[k].slot_bytes
-            out.append(tuple(sorted(chosen)))
-        return tuple(out)
+                    counted += trap.items[k].bytes
+            sel.append(tuple(sorted(chosen)))
+            slots.append(used)
+            streamed.append(counted)
+        return Pick(tuple(sel), tuple(slots), tuple(streamed))
+
+    def mix(self, low: Pick, high: Pick, count: int) -> Pick:
+        """`high`'s choice for the first `count` traps of the spread order, `low`'s elsewhere."""
+        up = set(self.spread[:count])
+        src = [high if o in up else low for o in range(len(low.selection))]
+        return Pick(tuple(p.selection[o] for o, p in enumerate(src)),
+                    tuple(p.slot_bytes[o] for o, p in enumerate(src)),
+                    tuple(p.trap_streamed[o] for o, p in enumerate(src)))  # fmt: skip
 
     def time_caps(self) -> CapFamily:
         bw, windows = self.problem.bandwidth, self.window_ms
@@ -57,8 +85,17 @@ class Context:
         top = max(self.streamable, default=0) or 1
         return lambda x: tuple(x * s / top for s in self.streamable)
 
+    def window_plus_caps(self) -> CapFamily:
+        """Up to level 1: the window scaled by x; beyond: the whole window plus (x - 1) mean
+        windows for every trap (copies longer than windows keep the copy engine busy)."""
+        bw, windows = self.problem.bandwidth, self.window_ms
+        mean_ms = sum(windows) / max(1, len(windows))
+        return lambda x: tuple(
+            float(bw.bytes_within(min(x, 1.0) * w + max(0.0, x - 1.0) * mean_ms)) for w in windows
+        )
+
     def blended_caps(self, alpha: float) -> CapFamily:
-        """alpha of the time-window cap plus (1 - alpha) of the uniform cap, at one level."""
+        """alpha of the time-window cap plus (1 - alpha) of a uniform cap, at one level (ms)."""
         bw, windows = self.problem.bandwidth, self.window_ms
         mean_ms = sum(windows) / max(1, len(windows)) or 1.0
         return lambda x: tuple(
@@ -83,6 +120,15 @@ def _windows(problem: Problem) -> tuple[float, ...]:
 
 
 def make_context(problem: Problem) -> Context:
-    tables = tuple(SubsetTable.build(tuple(it.slot_bytes for it in t.items)) for t in problem.traps)
-    return Context(problem, tables, _windows(problem),
-                   tuple(t.streamable_slot_bytes for t in problem.traps))  # fmt: skip
+    built: dict[tuple[int, ...], SubsetTable] = {}  # identical traps share one table
+    tables = []
+    for t in problem.traps:
+        sizes = tuple(it.slot_bytes for it in t.items)
+        if sizes not in built:
+            built[sizes] = SubsetTable.build(sizes)
+        tables.append(built[sizes])
+    n = len(problem.traps)
+    spread = tuple(sorted(range(n), key=lambda i: ((i * _GOLDEN) % 1.0, i)))
+    return Context(problem, tuple(tables), _windows(problem),
+                   tuple(t.streamable_slot_bytes for t in problem.traps), spread,
+                   tuple({} for _ in range(n)))  # fmt: skip

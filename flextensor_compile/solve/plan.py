@@ -14,7 +14,16 @@ from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.simulate import CopyJob, Simulation, simulate
 
-__all__ = ["Plan", "PlannedTransfer", "Selection", "build_plan", "plan_memory"]
+__all__ = [
+    "Pick",
+    "Plan",
+    "PlannedTransfer",
+    "Selection",
+    "build_plan",
+    "pick_memory",
+    "pick_of",
+    "plan_memory",
+]
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
 
@@ -52,37 +61,63 @@ class Plan:
         return (round(self.makespan_ms, 9), self.peak_bytes, self.streamed_bytes, self.strategy)
 
 
-def _packed(problem: Problem, selection: Selection) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    traps, sizes = [], []
-    for order, chosen in enumerate(selection):
-        if chosen:
-            items = problem.traps[order].items
-            traps.append(order)
-            sizes.append(sum(items[k].slot_bytes for k in chosen))
-    return tuple(traps), tuple(sizes)
+@dataclass(frozen=True)
+class Pick:
+    """A selection with its per-trap packed sizes and streamed bytes (what memory needs)."""
+
+    selection: Selection
+    slot_bytes: tuple[int, ...]  # per trap: packed size of its transfer (0: none)
+    trap_streamed: tuple[int, ...]  # per trap: counted bytes it streams
+
+    @property
+    def streamed_bytes(self) -> int:
+        return sum(self.trap_streamed)
 
 
-def _streamed(problem: Problem, selection: Selection) -> int:
-    return sum(problem.traps[o].items[k].bytes for o, ch in enumerate(selection) for k in ch)
+def pick_of(problem: Problem, selection: Selection) -> Pick:
+    slots, streamed = [], []
+    for trap, chosen in zip(problem.traps, selection, strict=True):
+        slots.append(sum(trap.items[k].slot_bytes for k in chosen))
+        streamed.append(sum(trap.items[k].bytes for k in chosen))
+    return Pick(selection, tuple(slots), tuple(streamed))
 
 
-def plan_memory(problem: Problem, selection: Selection, num_blocks: int) -> int | None:
-    """Peak bytes of a selection with `num_blocks` blocks (None: cannot be scheduled)."""
-    traps, sizes = _packed(problem, selection)
-    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, problem.assignment)
+def _packed(pick: Pick) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    traps = tuple(o for o, s in enumerate(pick.slot_bytes) if s)
+    return traps, tuple(pick.slot_bytes[o] for o in traps)
+
+
+def pick_memory(
+    problem: Problem, pick: Pick, num_blocks: int, order: str = "least-growth"
+) -> int | None:
+    """Peak bytes of a pick with `num_blocks` blocks (None: cannot be scheduled)."""
+    traps, sizes = _packed(pick)
+    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order)
     if a is None:
         return None
-    resident = problem.total_bytes - _streamed(problem, selection)
+    resident = problem.total_bytes - pick.streamed_bytes
     return resident + sum(a.block_bytes) + problem.reserve_bytes
 
 
+def plan_memory(
+    problem: Problem, selection: Selection, num_blocks: int, order: str = "least-growth"
+) -> int | None:
+    """Peak bytes of a selection with `num_blocks` blocks (None: cannot be scheduled)."""
+    return pick_memory(problem, pick_of(problem, selection), num_blocks, order)
+
+
 def build_plan(
-    problem: Problem, selection: Selection, num_blocks: int, strategy: str
+    problem: Problem,
+    selection: Selection,
+    num_blocks: int,
+    strategy: str,
+    order: str = "least-growth",
 ) -> Plan | None:
     """Assign, schedule and simulate a selection; None when it cannot be scheduled."""
-    traps, sizes = _packed(problem, selection)
+    pick = pick_of(problem, selection)
+    traps, sizes = _packed(pick)
     n = len(problem.traps)
-    a = assign_blocks(traps, sizes, n, num_blocks, problem.assignment)
+    a = assign_blocks(traps, sizes, n, num_blocks, order)
     if a is None:
         return None
     bw = problem.bandwidth
@@ -93,7 +128,7 @@ def build_plan(
     )  # fmt: skip
     jobs = tuple(CopyJob(x.trap, x.issue_at, x.copy_ms) for x in transfers)
     sim = simulate(tuple(t.compute_ms for t in problem.traps), jobs)
-    streamed = _streamed(problem, selection)
+    streamed = pick.streamed_bytes
     resident = problem.total_bytes - streamed
     peak = resident + sum(a.block_bytes) + problem.reserve_bytes
     return Plan(strategy, selection, a.block_bytes, transfers, resident, streamed, peak, sim)

@@ -17,9 +17,18 @@ from flextensor_compile.stats import Stats, TensorStat
 from flextensor_runtime.errors import ConfigError, StatsFormatError
 from flextensor_runtime.profile import PlanConfig
 
-__all__ = ["ALIGN_BYTES", "Item", "Problem", "TrapSpec", "align_up", "problem_from_stats"]
+__all__ = [
+    "ALIGN_BYTES",
+    "TINY_RATIO",
+    "Item",
+    "Problem",
+    "TrapSpec",
+    "align_up",
+    "problem_from_stats",
+]
 
 ALIGN_BYTES = 256  # every streamed tensor starts at a multiple of this inside its block
+TINY_RATIO = 64  # a tensor under 1/64 of its trap's largest stays resident (not worth a copy)
 
 
 def align_up(nbytes: int, align: int = ALIGN_BYTES) -> int:
@@ -161,6 +170,11 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
                 pinned_by_trap[order] += t.bytes
             elif t.bytes > 0:
                 items.append(Item(t.name, t.bytes, align_up(t.bytes)))
+        largest = max((it.bytes for it in items), default=0)
+        for it in [it for it in items if it.bytes * TINY_RATIO < largest]:
+            items.remove(it)
+            pinned_by_trap[order] += it.bytes
+            reasons[it.name] = f"under 1/{TINY_RATIO} of its trap's largest tensor"
         items.sort(key=lambda it: it.name)
         traps.append(TrapSpec(trap.name, trap.kind, trap.compute_ms, tuple(items),
                               pinned_by_trap[order]))  # fmt: skip

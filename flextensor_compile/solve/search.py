@@ -1,8 +1,10 @@
-"""Fitting a cap family to the memory budget: the smallest level whose plan fits.
+"""Fitting a cap family to the memory budget: the least streaming whose plan fits.
 
 Owns: bisection over a monotone cap level (a larger level streams more, so resident bytes fall
-faster than block bytes grow), the "everything streams" bound that proves a family infeasible,
-and the smallest feasible budget reported by `BudgetError`.
+faster than block bytes grow), then a second bisection that mixes the last level that did not
+fit with the first that did, trap by trap in a spread-out order (so the streamed bytes exceed
+what the budget needs by at most about one trap's tensors); and the smallest feasible budget
+reported by `BudgetError`.
 Must not know: which family it is fitting, simulation.
 """
 
@@ -10,52 +12,66 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flextensor_compile.solve.plan import Selection, plan_memory
+from flextensor_compile.solve.families import Context
+from flextensor_compile.solve.plan import Pick, Selection, pick_memory, plan_memory
 from flextensor_compile.solve.problem import Problem
 
 __all__ = ["BISECT_STEPS", "fit_level", "smallest_memory"]
 
-BISECT_STEPS = 22
+BISECT_STEPS = 16
 
 
 def fit_level(
-    problem: Problem, select: Callable[[float], Selection], hi: float, num_blocks: int
-) -> Selection | None:
-    """The selection at the smallest level in [0, hi] whose peak fits the budget, or None."""
+    ctx: Context, select: Callable[[float], Pick], hi: float, num_blocks: int, order: str
+) -> Pick | None:
+    """The pick at about the smallest level in [0, hi] whose peak fits the budget, or None."""
+    problem = ctx.problem
     budget = problem.budget_bytes
     assert budget is not None
 
-    def fits(sel: Selection) -> bool:
-        mem = plan_memory(problem, sel, num_blocks)
+    def fits(pick: Pick) -> bool:
+        mem = pick_memory(problem, pick, num_blocks, order)
         return mem is not None and mem <= budget
 
-    low_sel = select(0.0)
-    if fits(low_sel):
-        return low_sel
+    low = select(0.0)
+    if fits(low):
+        return low
     best = select(hi)
     if not fits(best):
         return None
     lo = 0.0
     for _ in range(BISECT_STEPS):
         mid = (lo + hi) / 2
-        sel = select(mid)
-        if fits(sel):
-            hi, best = mid, sel
+        pick = select(mid)
+        if fits(pick):
+            hi, best = mid, pick
         else:
-            lo = mid
+            lo, low = mid, pick
+    return _mix(ctx, low, best, fits)
+
+
+def _mix(ctx: Context, low: Pick, high: Pick, fits: Callable[[Pick], bool]) -> Pick:
+    a, b = 0, len(low.selection)  # mixing `a` traps does not fit; all `b` does (= high)
+    best = high
+    while b - a > 1:
+        c = (a + b) // 2
+        pick = ctx.mix(low, high, c)
+        if fits(pick):
+            b, best = c, pick
+        else:
+            a = c
     return best
 
 
-def smallest_memory(problem: Problem, block_counts: tuple[int, ...]) -> int | None:
-    """The least peak any plan of ours reaches: everything streams (or every other trap)."""
+def smallest_memory(
+    problem: Problem, layouts: tuple[tuple[int, str], ...], every_other: Selection
+) -> int | None:
+    """The least peak of our plans: everything streams, or (one block) every other trap."""
     full = tuple(tuple(range(len(t.items))) for t in problem.traps)
-    every_other = tuple(
-        ch if o % 2 == 0 and o != len(full) - 1 else () for o, ch in enumerate(full)
-    )
     found = []
     for sel in (full, every_other):
-        for k in block_counts:
-            mem = plan_memory(problem, sel, k)
+        for k, order in layouts:
+            mem = plan_memory(problem, sel, k, order)
             if mem is not None:
                 found.append(mem)
     return min(found, default=None)

@@ -7,11 +7,12 @@ Owns: `solve(problem, strategy) -> Plan` and the documented algorithm of every s
 - adaptive-knapsack: exact subsets against time windows when copies can hide in compute,
   against bytes in proportion to each trap's weights when copies dominate;
 - global-offload: per trap, largest tensors first that fit the window before it;
-- global-tensor-selection: exact subsets against blended time-and-bytes caps for the whole model
-  at one level (three blends), keeping the best simulated;
+- global-tensor-selection: exact subsets for the whole model at one level of two cap families
+  (a uniform byte cap; each window plus a uniform extra), keeping the best simulated;
 - adaptive (default): all of the above, best by makespan, then peak, then streamed bytes.
-In memory mode every strategy bisects its level to the smallest that fits the budget, for each
-block count tried; latency mode uses the windows scaled by `transfer_budget_scale`, uncapped.
+In memory mode every strategy bisects its level to the least streaming that fits the budget,
+for each layout tried (block count x block order); latency mode streams what fits the windows
+scaled by `transfer_budget_scale`, uncapped.
 Must not know: the profile format, files, clocks.
 """
 
@@ -19,39 +20,42 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from flextensor_compile.solve.assign import orders_for
 from flextensor_compile.solve.families import CapFamily, Context, make_context
 from flextensor_compile.solve.plan import Plan, Selection, build_plan, plan_memory
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import fit_level, smallest_memory
 from flextensor_runtime.errors import BudgetError, ConfigError
 
-__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "solve"]
+__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve"]
 
 DEFAULT_STRATEGY = "adaptive"
 STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack",
               "global-offload", "global-tensor-selection")  # fmt: skip
-_BLOCK_COUNTS = (1, 2, 3, 4)
+_BLOCK_COUNTS = (1, 2, 3)
+_MIN_WINDOW_MS = 1e-6  # shorter windows hide no copy
 
+Layout = tuple[int, str]  # (number of blocks, block order)
 Candidate = tuple[str, Selection]
-Generator = Callable[[Context, int], Iterator[Candidate]]
+Generator = Callable[[Context, Layout], Iterator[Candidate]]
 
 
-def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, k: int
+def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout
          ) -> Iterator[Candidate]:  # fmt: skip
     select = (lambda x: ctx.exact(family(x))) if exact else (lambda x: ctx.greedy(family(x)))
     p = ctx.problem
     if p.budget_bytes is None:
-        yield name, select(p.transfer_budget_scale)
+        yield name, select(p.transfer_budget_scale).selection
         return
-    sel = fit_level(p, select, hi, k)
-    if sel is not None:
-        yield name, sel
+    pick = fit_level(ctx, select, hi, lay[0], lay[1])
+    if pick is not None:
+        yield name, pick.selection
 
 
 def _time_hi(ctx: Context) -> float:
     bw = ctx.problem.bandwidth
     ratios = [bw.copy_ms(s) / w for s, w in zip(ctx.streamable, ctx.window_ms, strict=True)
-              if s and w > 0]  # fmt: skip
+              if s and w > _MIN_WINDOW_MS]  # fmt: skip
     return max(ratios, default=1.0) * 1.001 + 1e-9
 
 
@@ -59,23 +63,19 @@ def _bytes_hi(ctx: Context) -> float:
     return float(max(ctx.streamable, default=0)) + 1.0
 
 
-def _latency_family(ctx: Context, name: str, exact: bool, k: int) -> Iterator[Candidate]:
-    yield from _fit(ctx, name, ctx.time_caps(), exact, _time_hi(ctx), k)
+def _knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay)
 
 
-def _knapsack(ctx: Context, k: int) -> Iterator[Candidate]:
-    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), k)
-
-
-def _greedy(ctx: Context, k: int) -> Iterator[Candidate]:
+def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if ctx.problem.budget_bytes is None:
-        yield from _latency_family(ctx, "greedy", False, k)
+        yield from _fit(ctx, "greedy", ctx.time_caps(), False, _time_hi(ctx), lay)
         return
-    yield from _fit(ctx, "greedy", ctx.uniform_caps(), False, _bytes_hi(ctx), k)
+    yield from _fit(ctx, "greedy", ctx.uniform_caps(), False, _bytes_hi(ctx), lay)
 
 
-def _global_offload(ctx: Context, k: int) -> Iterator[Candidate]:
-    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), k)
+def _global_offload(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay)
 
 
 def _copies_dominate(ctx: Context) -> bool:
@@ -86,36 +86,47 @@ def _copies_dominate(ctx: Context) -> bool:
     return p.bandwidth.copy_ms(need) > p.compute_ms
 
 
-def _adaptive_knapsack(ctx: Context, k: int) -> Iterator[Candidate]:
+def _adaptive_knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if _copies_dominate(ctx):
-        yield from _fit(ctx, "adaptive-knapsack", ctx.proportional_caps(), True,
-                        _bytes_hi(ctx), k)  # fmt: skip
+        family, hi = ctx.proportional_caps(), _bytes_hi(ctx)
     else:
-        yield from _fit(ctx, "adaptive-knapsack", ctx.time_caps(), True, _time_hi(ctx), k)
+        family, hi = ctx.time_caps(), _time_hi(ctx)
+    yield from _fit(ctx, "adaptive-knapsack", family, True, hi, lay)
 
 
-def _global_tensor_selection(ctx: Context, k: int) -> Iterator[Candidate]:
+def _global_tensor_selection(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    name = "global-tensor-selection"
     if ctx.problem.budget_bytes is None:
-        yield from _latency_family(ctx, "global-tensor-selection", True, k)
+        yield from _fit(ctx, name, ctx.time_caps(), True, _time_hi(ctx), lay)
         return
     hi = ctx.problem.bandwidth.copy_ms(int(_bytes_hi(ctx))) * 1.001 + 1e-9
-    for alpha in (0.0, 0.5, 0.9):
-        yield from _fit(ctx, "global-tensor-selection", ctx.blended_caps(alpha), True, hi, k)
+    yield from _fit(ctx, name, ctx.blended_caps(0.0), True, hi, lay)
+    windows = ctx.window_ms
+    mean_ms = sum(windows) / max(1, len(windows))
+    if mean_ms > _MIN_WINDOW_MS:
+        yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay)
 
 
-def _nth_layer(ctx: Context, k: int) -> Iterator[Candidate]:
+def nth_selection(problem: Problem, step: int) -> Selection:
+    """Every trap whose order is a multiple of `step` streams whole (the last one not, when it
+    would be adjacent to trap 0 across the iteration boundary)."""
+    n = len(problem.traps)
+    chosen = {o for o, t in enumerate(problem.traps) if t.items and o % step == 0}
+    if 0 in chosen and n - 1 in chosen and n > 1:
+        chosen.discard(n - 1)
+    return tuple(
+        tuple(range(len(t.items))) if o in chosen else () for o, t in enumerate(problem.traps)
+    )
+
+
+def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     p = ctx.problem
-    streaming = [o for o, t in enumerate(p.traps) if t.items]
-    full = tuple(tuple(range(len(t.items))) for t in p.traps)
-    for step in range(len(streaming), 0, -1):
-        chosen = set(streaming[::step])
-        sel = tuple(ch if o in chosen else () for o, ch in enumerate(full))
-        if p.budget_bytes is None:
-            if step == 2 or len(streaming) < 2:
-                yield "nth-layer", sel
-                return
-            continue
-        mem = plan_memory(p, sel, k)
+    if p.budget_bytes is None:
+        yield "nth-layer", nth_selection(p, 2)
+        return
+    for step in range(len(p.traps) + 1, 0, -1):  # n + 1: nothing streams
+        sel = nth_selection(p, step) if step <= len(p.traps) else tuple(() for _ in p.traps)
+        mem = plan_memory(p, sel, lay[0], lay[1])
         if mem is not None and mem <= p.budget_bytes:
             yield "nth-layer", sel
             return
@@ -131,19 +142,23 @@ _GENERATORS: dict[str, Generator] = {
 }
 
 
-def _block_counts(p: Problem) -> tuple[int, ...]:
+def layouts(p: Problem) -> tuple[Layout, ...]:
+    """Block counts (the configured one, else 1 to 3 within `min_blocks`) x block orders."""
     if p.num_blocks is not None:
-        return (p.num_blocks,)
-    return tuple(k for k in _BLOCK_COUNTS if k >= p.min_blocks) or (p.min_blocks,)
+        counts: tuple[int, ...] = (p.num_blocks,)
+    else:
+        counts = tuple(k for k in _BLOCK_COUNTS if k >= p.min_blocks) or (p.min_blocks,)
+    orders = orders_for(p.assignment)
+    return tuple((k, o) for k in counts for o in (orders if k > 1 else orders[:1]))
 
 
 def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
     names = list(_GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
-    for k in _block_counts(p):
+    for lay in layouts(p):
         for name in names:
-            for label, sel in _GENERATORS[name](ctx, k):
-                plan = build_plan(p, sel, k, label)
+            for label, sel in _GENERATORS[name](ctx, lay):
+                plan = build_plan(p, sel, lay[0], label, lay[1])
                 if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
                     continue
                 if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:
@@ -162,9 +177,10 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
             best = plan
     if best is not None:
         return best
-    least = smallest_memory(problem, _block_counts(problem))
+    least = smallest_memory(problem, layouts(problem), nth_selection(problem, 2))
     hint = f"at least {least} bytes" if least is not None else "more memory"
+    also = "" if strategy == DEFAULT_STRATEGY else f" with --strategy {DEFAULT_STRATEGY}"
     raise BudgetError(
         f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes (the smallest "
-        f"feasible budget is {hint}); raise --budget or --mem-fraction to {hint}"
+        f"feasible budget is {hint}); raise --budget or --mem-fraction to {hint}{also}"
     )

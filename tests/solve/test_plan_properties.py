@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import pytest
@@ -101,7 +102,7 @@ def test_no_two_held_transfers_share_block_bytes(stats: Stats, fraction) -> None
 def test_a_copy_never_starts_before_the_blocks_last_reader_finished(stats, fraction) -> None:
     config = _config(stats, fraction, "adaptive")
     try:
-        problem, plan = solve_stats(stats, config)
+        _problem, plan = solve_stats(stats, config)
     except BudgetError:
         return
     sim = plan.simulation
@@ -110,7 +111,7 @@ def test_a_copy_never_starts_before_the_blocks_last_reader_finished(stats, fract
     for x in plan.transfers:
         by_block[x.block].append(x)
     for users in by_block.values():
-        for prev, nxt in zip(users, users[1:], strict=False):
+        for prev, nxt in itertools.pairwise(users):
             # the copy for `nxt` starts after `prev` (its block's last reader) ended
             assert nxt.issue_at > prev.release_after
             assert copy_start[nxt.trap] >= sim.trap_spans_ms[prev.release_after][1] - 1e-9

@@ -1,0 +1,114 @@
+"""Plan-quality benchmark: `python -m bench.plan_quality [--peer-python PY] [--json out.json]`.
+
+For every instance x bandwidth (PCIe4, PCIe5) x budget (30/50/70/90% of weight bytes) it prints
+our predicted makespan over the lower bound LB = max(total compute, copy time of (weights -
+budget)), the stall, the peak against the budget and the solve time; and the same for FlexTensor
+0.5's AdaptiveStrategy (streamed set judged by our simulator) when `--peer-python` names an
+interpreter that has `flextensor==0.5.0` installed (`make bench-plan-quality` sets one up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import replace
+
+from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
+from bench.plan_quality.peer import PeerResult, judge, peer_document, run_peer
+from flextensor_compile.solve import Plan, problem_from_stats, solve
+from flextensor_runtime.profile import PlanConfig
+
+FRACTIONS = (0.3, 0.5, 0.7, 0.9)
+HEADER = (f"{'instance':<26}{'link':<6}{'budget':>7}{'LB ms':>10}{'ours/LB':>9}{'stall ms':>10}"
+          f"{'peak/bud':>9}{'solve ms':>9}{'FT/LB':>8}{'FT peak/bud':>12}{'FT s':>7}  FT pick")  # fmt: skip
+
+
+def _cases(names: list[str], fractions: tuple[float, ...]):
+    for name in names:
+        base = INSTANCES[name]()
+        weights = sum(t.bytes for tr in base.traps for t in tr.tensors if t.tie is None)
+        for link, rate in BANDWIDTHS.items():
+            stats = replace(base, device=device(rate))
+            for frac in fractions:
+                config = PlanConfig(budget_bytes=int(frac * weights))
+                yield name, link, frac, stats, problem_from_stats(stats, config), weights
+
+
+def _row(case, plan: Plan, solve_ms: float, peer: PeerResult | None) -> dict:
+    name, link, frac, _stats, problem, weights = case
+    budget = problem.budget_bytes
+    lb = max(problem.compute_ms, problem.bandwidth.copy_ms(max(0, weights - budget)))
+    row = {"instance": name, "link": link, "fraction": frac, "lb_ms": lb,
+           "ratio": plan.makespan_ms / lb, "stall_ms": plan.simulation.stall_ms,
+           "peak_over_budget": plan.peak_bytes / budget, "solve_ms": solve_ms,
+           "strategy": plan.strategy, "blocks": len(plan.block_bytes)}  # fmt: skip
+    if peer is not None:
+        ok = peer.plan is not None and not peer.error
+        row.update({"ft_ratio": peer.plan.makespan_ms / lb if ok and peer.plan else None,
+                    "ft_peak_over_budget": peer.peak_bytes / budget if ok else None,
+                    "ft_solve_s": peer.solve_s, "ft_pick": peer.selected or peer.error[:40]})  # fmt: skip
+    return row
+
+
+def _fmt(row: dict) -> str:
+    ft = ""
+    if "ft_pick" in row:
+        r, p = row["ft_ratio"], row["ft_peak_over_budget"]
+        ft = (f"{r:>8.3f}" if r else f"{'-':>8}") + (f"{p:>12.3f}" if p else f"{'-':>12}")
+        ft += f"{row['ft_solve_s']:>7.2f}  {row['ft_pick']}"
+    return (f"{row['instance']:<26}{row['link']:<6}{row['fraction']:>7.0%}{row['lb_ms']:>10.1f}"
+            f"{row['ratio']:>9.3f}{row['stall_ms']:>10.1f}{row['peak_over_budget']:>9.3f}"
+            f"{row['solve_ms']:>9.1f}{ft}")  # fmt: skip
+
+
+def _summary(rows: list[dict]) -> list[str]:
+    ratios = [r["ratio"] for r in rows]
+    solves = [r["solve_ms"] for r in rows]
+    lines = [f"ours: median makespan/LB {statistics.median(ratios):.3f}, worst {max(ratios):.3f}, "
+             f"median solve {statistics.median(solves):.1f} ms, max {max(solves):.1f} ms"]  # fmt: skip
+    big = [r["solve_ms"] for r in rows if r["instance"] == "llama-70b-fp8-prefill2k"]
+    if big:
+        lines.append(f"80-layer x 24-tensor instance (82 traps): max solve {max(big):.1f} ms")
+    peer = [r for r in rows if r.get("ft_ratio")]
+    if peer:
+        ft = [r["ft_ratio"] for r in peer]
+        worse = [r for r in peer if r["ratio"] > r["ft_ratio"] * (1 + 1e-9)]
+        over = [r for r in peer if r["ft_peak_over_budget"] > 1]
+        lines.append(f"FlexTensor Adaptive: median {statistics.median(ft):.3f}, worst {max(ft):.3f}"
+                     f", median solve {statistics.median(r['ft_solve_s'] for r in peer):.2f} s, "
+                     f"over budget on {len(over)} of {len(peer)}; ours worse on {len(worse)}")  # fmt: skip
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.plan_quality")
+    ap.add_argument("--peer-python", help="interpreter with flextensor==0.5.0 installed")
+    ap.add_argument("--instances", nargs="*", default=list(INSTANCES))
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args()
+    cases = list(_cases(args.instances, FRACTIONS))
+    answers: list[dict | None] = [None] * len(cases)
+    if args.peer_python:
+        answers = list(run_peer(args.peer_python, [peer_document(c[3], c[4]) for c in cases]))
+    else:
+        print("FlexTensor 0.5 not run: pass --peer-python (make bench-plan-quality does)")
+    print(HEADER)
+    rows = []
+    for case, answer in zip(cases, answers, strict=True):
+        start = time.process_time()
+        plan = solve(case[4], "adaptive")
+        solve_ms = (time.process_time() - start) * 1e3
+        peer = judge(case[4], answer) if answer is not None else None
+        rows.append(_row(case, plan, solve_ms, peer))
+        print(_fmt(rows[-1]), flush=True)
+    for line in _summary(rows):
+        print(line)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""`ftc plan STATS`: re-solve recorded measurements into a profile, without the model.
+
+Owns: the plan command's options (budget, strategy, blocks, output). Must not know: how plans
+are searched (planning) or how profiles are encoded (the profile package).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+__all__ = ["register"]
+
+
+def plan(
+    stats: Path = typer.Argument(..., help="A stats file (JSON) written by `ftc profile`."),
+    out: Path = typer.Option(..., "-o", "--output", help="Where to write the profile (.msgpack)."),
+    mem_fraction: float = typer.Option(
+        None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."
+    ),
+    budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB."),
+    strategy: str = typer.Option("adaptive", "--strategy", help="Offloading strategy."),
+    num_blocks: int = typer.Option(None, "--num-blocks", help="Exact number of memory blocks."),
+    min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks to use."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile's inspect document."),
+) -> None:
+    """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
+    from flextensor_compile.cli.render import out_console, print_json
+    from flextensor_compile.inspect_doc import inspect_document
+    from flextensor_compile.planning import plan_profile
+    from flextensor_compile.stats import load_stats
+    from flextensor_compile.units import format_bytes, parse_size
+    from flextensor_runtime.errors import ConfigError
+    from flextensor_runtime.profile import PlanConfig, save
+
+    if mem_fraction is not None and budget is not None:
+        raise ConfigError("both --mem-fraction and --budget were given; pass only one")
+    config = PlanConfig(
+        budget_bytes=None if budget is None else parse_size(budget, "--budget"),
+        mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
+        min_blocks=min_blocks,
+    )  # fmt: skip
+    command = " ".join(["ftc", "plan", *sys.argv[2:]]) if len(sys.argv) > 1 else "ftc plan"
+    profile = plan_profile(load_stats(stats), config, command=command)
+    save(profile, out)
+    if as_json:
+        print_json(inspect_document(profile))
+        return
+    p = profile.predicted
+    limit = profile.config.budget_bytes
+    out_console().print(
+        f"wrote {out}: resident {format_bytes(p.resident_bytes)}, streamed "
+        f"{format_bytes(p.streamed_bytes)} in {len(profile.schedule)} copies, "
+        f"{len(profile.blocks)} blocks; peak {format_bytes(p.peak_bytes)}"
+        + ("" if limit is None else f" of {format_bytes(limit)}")
+        + f"; makespan {p.makespan_ms:.3f} ms (compute {p.compute_ms:.3f}, stall {p.stall_ms:.3f})"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)

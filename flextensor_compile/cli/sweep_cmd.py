@@ -1,0 +1,85 @@
+"""`ftc sweep STATS_OR_PROFILE`: predicted makespan, stall and streamed bytes against the budget.
+
+Owns: the sweep command's options and its table. Must not know: how plans are searched (sweep).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from flextensor_compile.stats import Stats
+    from flextensor_runtime.profile import PlanConfig
+
+__all__ = ["register"]
+
+
+def _load(path: Path) -> tuple[Stats, PlanConfig]:
+    """(stats, config) from a stats JSON file or a compiled profile."""
+    from flextensor_compile.stats import load_stats
+    from flextensor_compile.sweep import stats_from_profile
+    from flextensor_runtime.profile import PlanConfig, load
+
+    with open(path, "rb") as fh:
+        head = fh.read(64).lstrip()
+    if head.startswith(b"{"):
+        return load_stats(path), PlanConfig()
+    profile = load(path)
+    return stats_from_profile(profile), profile.config
+
+
+def sweep(
+    source: Path = typer.Argument(..., help="A stats file (JSON) or a profile (.msgpack)."),
+    fractions: str = typer.Option(
+        "0.2:1.0:0.05",
+        "--fractions",
+        help="Budgets as fractions of the weight bytes: START:STOP:STEP or a list like 0.3,0.5.",
+    ),
+    strategy: str = typer.Option(None, "--strategy", help="Strategy (default: the profile's)."),
+    plot: Path = typer.Option(None, "--plot", help="Also draw the curve to this PNG."),
+    as_json: bool = typer.Option(False, "--json", help="Print the points as JSON."),
+) -> None:
+    """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
+    from dataclasses import replace
+
+    from rich.table import Table
+
+    from flextensor_compile.cli.render import out_console, print_json
+    from flextensor_compile.sweep import parse_fractions, plot_sweep
+    from flextensor_compile.sweep import sweep as run_sweep
+    from flextensor_compile.units import format_bytes
+
+    stats, config = _load(source)
+    if strategy is not None:
+        config = replace(config, strategy=strategy)
+    points = run_sweep(stats, config, parse_fractions(fractions))
+    if plot is not None:
+        plot_sweep(points, plot)
+    if as_json:
+        print_json([asdict(p) for p in points])
+        return
+    table = Table(title="predicted iteration against the budget (fraction of weight bytes)",
+                  title_justify="left", header_style="bold")  # fmt: skip
+    for col in ("fraction", "budget", "of device", "makespan ms", "stall ms", "streamed", "peak",
+                "strategy"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for p in points:
+        if p.makespan_ms is None:
+            table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes),
+                          f"{p.mem_fraction:.1%}", "-", "-", "-", "-", "does not fit")  # fmt: skip
+            continue
+        table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.mem_fraction:.1%}",
+                      f"{p.makespan_ms:.3f}", f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
+                      format_bytes(p.peak_bytes), p.strategy or "-")  # fmt: skip
+    console = out_console()
+    console.print(table)
+    if plot is not None:
+        console.print(f"plot written to {plot}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep)

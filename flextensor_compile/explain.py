@@ -1,0 +1,126 @@
+"""Why each tensor streams or stays resident, and the block assignment table (`--explain`).
+
+Owns: per tensor its trap, placement, transfer window (the compute between the copy's issue
+and its reader, or for a resident tensor the compute of the trap before its own), its copy time
+under the device's bandwidth model, and a one-line reason; the budget left; and per block the
+transfers it carries in order. All of it as plain data (`explanation_json` for `--json`).
+Must not know: the CLI, rendering, how the plan was searched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from flextensor_compile.solve.problem import TINY_RATIO
+from flextensor_compile.timeline import bandwidth_of
+from flextensor_runtime.profile import Profile, TensorEntry, Transfer
+
+__all__ = ["BlockRow", "Explanation", "TensorWhy", "explain_profile", "explanation_json"]
+
+
+@dataclass(frozen=True)
+class TensorWhy:
+    name: str
+    trap: str
+    placement: str
+    bytes: int
+    window_ms: float
+    copy_ms: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class BlockRow:
+    block: int
+    bytes: int
+    transfers: tuple[tuple[int, str, int, int, int], ...]  # (trap, name, bytes, issue, release)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    strategy: str
+    budget_bytes: int | None
+    peak_bytes: int
+    budget_left_bytes: int | None
+    tensors: tuple[TensorWhy, ...]
+    blocks: tuple[BlockRow, ...]
+
+
+def _window_ms(profile: Profile, t: Transfer | None, order: int) -> float:
+    n = len(profile.traps)
+    if t is None:
+        return profile.traps[(order - 1) % n].compute_ms
+    span = (order - t.issue_at) % n or n
+    return sum(profile.traps[(t.issue_at + k) % n].compute_ms for k in range(span))
+
+
+def _resident_reason(profile: Profile, e: TensorEntry, order: int, owner: dict[str, int],
+                     window: float, copy: float) -> str:  # fmt: skip
+    trap = profile.traps[order] if order >= 0 else None
+    if trap is None:
+        return "untrapped: no trap reads it, so it cannot be streamed"
+    if e.tie is not None and owner.get(e.tie) != order:
+        return f"tied to {e.tie!r} in another trap: ties across traps stay resident"
+    if trap.calls > 1:
+        return f"its trap runs {trap.calls} times per iteration"
+    largest = max(x.bytes for x in trap.tensors)
+    if e.bytes * TINY_RATIO < largest:
+        return f"under 1/{TINY_RATIO} of its trap's largest tensor: not worth a copy"
+    budget = profile.config.budget_bytes
+    if budget is None:
+        return f"latency mode: its copy ({copy:.3f} ms) does not fit the window ({window:.3f} ms)"
+    left = budget - profile.predicted.peak_bytes
+    return f"the budget holds without streaming it ({left} bytes left); resident avoids a copy"
+
+
+def explain_profile(profile: Profile) -> Explanation:
+    bw = bandwidth_of(profile.device)
+    owner = {e.name: o for o, trap in enumerate(profile.traps) for e in trap.tensors}
+    rows = []
+    for order, trap in enumerate(profile.traps):
+        t = profile.transfer_for(order)
+        for e in trap.tensors:
+            window = _window_ms(profile, t if e.placement != "resident" else None, order)
+            copy = bw.copy_ms(e.bytes)
+            if e.placement != "resident" and t is not None:
+                reason = (f"streamed in trap {order}'s copy of {t.bytes} bytes "
+                          f"({bw.copy_ms(t.bytes):.3f} ms) into block {t.block}, issued at trap "
+                          f"{t.issue_at}: {window:.3f} ms of compute before its reader")  # fmt: skip
+            else:
+                reason = _resident_reason(profile, e, order, owner, window, copy)
+            rows.append(TensorWhy(e.name, trap.name, e.placement, e.bytes, window, copy, reason))
+    for e in profile.untrapped:
+        rows.append(TensorWhy(e.name, "", e.placement, e.bytes, 0.0, bw.copy_ms(e.bytes),
+                              _resident_reason(profile, e, -1, owner, 0.0, 0.0)))  # fmt: skip
+    budget = profile.config.budget_bytes
+    return Explanation(
+        strategy=profile.config.strategy,
+        budget_bytes=budget,
+        peak_bytes=profile.predicted.peak_bytes,
+        budget_left_bytes=None if budget is None else budget - profile.predicted.peak_bytes,
+        tensors=tuple(rows),
+        blocks=_blocks(profile),
+    )
+
+
+def _blocks(profile: Profile) -> tuple[BlockRow, ...]:
+    out = []
+    for b in profile.blocks:
+        users = sorted((t for t in profile.schedule if t.block == b.id), key=lambda t: t.trap)
+        out.append(BlockRow(b.id, b.bytes, tuple(
+            (t.trap, profile.traps[t.trap].name, t.bytes, t.issue_at, t.release_after)
+            for t in users)))  # fmt: skip
+    return tuple(out)
+
+
+def explanation_json(expl: Explanation) -> dict[str, Any]:
+    """A JSON-ready document of the explanation (what `ftc inspect --explain --json` prints)."""
+    doc = asdict(expl)
+    doc["blocks"] = [
+        {"block": r.block, "bytes": r.bytes,
+         "transfers": [dict(zip(("trap", "name", "bytes", "issue_at", "release_after"), t,
+                                strict=True)) for t in r.transfers]}
+        for r in expl.blocks
+    ]  # fmt: skip
+    return doc

@@ -1,0 +1,119 @@
+"""The memory/speed curve: predicted makespan, stall and streamed bytes against the budget.
+
+Owns: re-solving one model at a range of budgets (fractions of its weight bytes), the fraction
+range syntax `start:stop:step`, recovering stats from a compiled profile (so a sweep can start
+from either), and the optional plot (matplotlib, as for the timeline).
+Must not know: the CLI, rendering, files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from flextensor_compile.planning import solve_stats
+from flextensor_compile.stats import Stats, TensorStat, TrapStat
+from flextensor_compile.timeline import import_pyplot
+from flextensor_runtime.errors import BudgetError, ConfigError
+from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
+
+__all__ = ["SweepPoint", "parse_fractions", "plot_sweep", "stats_from_profile", "sweep",
+           "weight_bytes"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One budget. `makespan_ms` is None when no plan fits (then `error` says why)."""
+
+    fraction: float
+    budget_bytes: int
+    mem_fraction: float  # the same budget as a fraction of device memory
+    makespan_ms: float | None
+    stall_ms: float | None
+    streamed_bytes: int | None
+    peak_bytes: int | None
+    strategy: str | None
+    error: str = ""
+
+
+def parse_fractions(spec: str) -> tuple[float, ...]:
+    """`0.2:1.0:0.05` -> 0.2, 0.25, ..., 1.0 (inclusive); `0.3,0.5` -> 0.3, 0.5."""
+    try:
+        if ":" in spec:
+            start, stop, step = (float(x) for x in spec.split(":"))
+            if step <= 0 or start <= 0 or stop < start:
+                raise ValueError
+            count = int((stop - start) / step + 1e-9) + 1
+            values = tuple(round(start + k * step, 10) for k in range(count))
+        else:
+            values = tuple(float(x) for x in spec.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"bad fractions {spec!r}; use START:STOP:STEP (e.g. 0.2:1.0:0.05) or a list like "
+            "0.3,0.5 with positive values"
+        ) from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"bad fractions {spec!r}; every fraction must be positive")
+    return values
+
+
+def _tensor(e: TensorEntry) -> TensorStat:
+    return TensorStat(e.name, e.bytes, e.dtype, e.shape, e.stride, e.kind, e.tie)
+
+
+def stats_from_profile(profile: Profile) -> Stats:
+    """The measurements a profile was compiled from (placements dropped)."""
+    traps = tuple(TrapStat(t.name, t.compute_ms, tuple(_tensor(e) for e in t.tensors), t.kind,
+                           t.calls) for t in profile.traps)  # fmt: skip
+    return Stats(profile.meta.command or "profile", profile.device, traps,
+                 tuple(_tensor(e) for e in profile.untrapped), profile.meta.timing_source)  # fmt: skip
+
+
+def weight_bytes(stats: Stats) -> int:
+    every = [t for trap in stats.traps for t in trap.tensors] + list(stats.untrapped)
+    return sum(t.bytes for t in every if t.tie is None)
+
+
+def sweep(stats: Stats, config: PlanConfig, fractions: tuple[float, ...]) -> tuple[SweepPoint, ...]:
+    """Solve at each fraction of the weight bytes (the rest of `config` kept)."""
+    weights = weight_bytes(stats)
+    memory = stats.device.memory_bytes or 1
+    points = []
+    for f in fractions:
+        budget = max(1, int(f * weights))
+        cfg = replace(config, budget_bytes=budget, mem_fraction=None)
+        try:
+            _, plan = solve_stats(stats, cfg)
+        except BudgetError as exc:
+            points.append(SweepPoint(f, budget, budget / memory, None, None, None, None, None,
+                                     str(exc)))  # fmt: skip
+            continue
+        points.append(SweepPoint(f, budget, budget / memory, plan.makespan_ms,
+                                 plan.simulation.stall_ms, plan.streamed_bytes, plan.peak_bytes,
+                                 plan.strategy))  # fmt: skip
+    return tuple(points)
+
+
+def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> Path:
+    """Makespan and stall (left axis) and streamed GiB (right axis) against the budget."""
+    plt = import_pyplot()
+    ok = [p for p in points if p.makespan_ms is not None]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    xs = [p.budget_bytes / 2**30 for p in ok]
+    ax.plot(xs, [p.makespan_ms for p in ok], marker="o", label="makespan (ms)")
+    ax.plot(xs, [p.stall_ms for p in ok], marker=".", label="stall (ms)")
+    ax.set_xlabel("budget (GiB)")
+    ax.set_ylabel("ms per iteration")
+    right = ax.twinx()
+    right.plot(xs, [(p.streamed_bytes or 0) / 2**30 for p in ok], color="gray", linestyle="--",
+               label="streamed (GiB)")  # fmt: skip
+    right.set_ylabel("streamed GiB")
+    lines = ax.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper right")
+    fig.tight_layout()
+    target = Path(path)
+    fig.savefig(target, dpi=120)
+    plt.close(fig)
+    return target

@@ -1,0 +1,71 @@
+"""`ftc plan`, `ftc sweep` and `ftc inspect --explain/--timeline` end to end (typer runner)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flextensor_compile.cli.app import app
+from flextensor_compile.stats import save_stats
+from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.profile import check_profile, load
+from tests.solve.instances import total_bytes, uniform_stats
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def stats_file(tmp_path: Path) -> Path:
+    return save_stats(uniform_stats(10), tmp_path / "stats.json")
+
+
+def test_plan_writes_a_valid_profile_within_the_budget(stats_file: Path, tmp_path: Path) -> None:
+    budget = total_bytes(uniform_stats(10)) // 2
+    out = tmp_path / "p.msgpack"
+    result = runner.invoke(app, ["plan", str(stats_file), "--budget", str(budget), "-o", str(out),
+                                 "--num-blocks", "2", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    profile = load(out)
+    check_profile(profile)
+    assert profile.predicted.peak_bytes <= budget and len(profile.blocks) <= 2
+    doc = json.loads(result.output)
+    assert doc["predicted"]["peak_bytes"] == profile.predicted.peak_bytes
+
+
+def test_plan_reports_the_smallest_budget(stats_file: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(stats_file), "--budget", "100", "-o",
+                                 str(tmp_path / "p.msgpack")])  # fmt: skip
+    assert isinstance(result.exception, BudgetError)
+    assert "at least" in str(result.exception)
+
+
+def test_sweep_from_stats_and_from_a_profile(stats_file: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["sweep", str(stats_file), "--fractions", "0.4:1.0:0.2",
+                                 "--json", "--plot", str(tmp_path / "s.png")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    points = json.loads(result.output)
+    assert [p["fraction"] for p in points] == [0.4, 0.6, 0.8, 1.0]
+    assert points[-1]["streamed_bytes"] == 0
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    out = tmp_path / "p.msgpack"
+    assert runner.invoke(app, ["plan", str(stats_file), "-o", str(out)]).exit_code == 0
+    table = runner.invoke(app, ["sweep", str(out), "--fractions", "0.5,1.0"])
+    assert table.exit_code == 0 and "1.00" in table.output
+
+
+def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:
+    budget = total_bytes(uniform_stats(10)) // 2
+    out = tmp_path / "p.msgpack"
+    runner.invoke(app, ["plan", str(stats_file), "--budget", str(budget), "-o", str(out)])
+    png = tmp_path / "t.png"
+    result = runner.invoke(app, ["inspect", str(out), "--explain", "--json", "--timeline",
+                                 str(png)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert {t["placement"] for t in doc["explain"]["tensors"]} == {"resident", "streamed"}
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    human = runner.invoke(app, ["inspect", str(out), "--explain"])
+    assert human.exit_code == 0 and "block assignment" in human.output

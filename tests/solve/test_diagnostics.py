@@ -1,0 +1,80 @@
+"""Explain, timeline and sweep on real plans of small instances."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flextensor_compile.explain import explain_profile, explanation_json
+from flextensor_compile.planning import plan_profile
+from flextensor_compile.stats import Stats, TrapStat
+from flextensor_compile.sweep import parse_fractions, plot_sweep, stats_from_profile, sweep
+from flextensor_compile.timeline import plot_timeline, simulate_profile
+from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.profile import PlanConfig, Profile
+from tests.solve.instances import device, tensor, total_bytes, uniform_stats
+
+
+def _tied_stats() -> Stats:
+    traps = [TrapStat("embed", 0.5, (tensor("embed.w", 4000),))]
+    traps += [TrapStat(f"l{i}", 2.0, (tensor(f"l{i}.a", 3000), tensor(f"l{i}.b", 3000)))
+              for i in range(6)]  # fmt: skip
+    traps.append(TrapStat("head", 0.5, (tensor("head.w", 4000, tie="embed.w"),)))
+    return Stats("tied", device(2e6), tuple(traps))
+
+
+def _profile(stats: Stats, fraction: float) -> Profile:
+    budget = int(fraction * total_bytes(stats))
+    return plan_profile(stats, PlanConfig(budget_bytes=budget), command="test")
+
+
+def test_explain_covers_every_tensor_and_block() -> None:
+    profile = _profile(_tied_stats(), 0.6)
+    expl = explain_profile(profile)
+    assert [t.name for t in expl.tensors] == [e.name for e in profile.all_tensors()]
+    streamed = [t for t in expl.tensors if t.placement == "streamed"]
+    assert streamed and all("block" in t.reason for t in streamed)
+    tied = next(t for t in expl.tensors if t.name == "head.w")
+    assert tied.placement == "resident" and "another trap" in tied.reason
+    listed = sorted(x[0] for row in expl.blocks for x in row.transfers)
+    assert listed == sorted(t.trap for t in profile.schedule)
+    assert expl.budget_left_bytes == profile.config.budget_bytes - profile.predicted.peak_bytes
+    doc = json.loads(json.dumps(explanation_json(expl)))
+    assert len(doc["tensors"]) == len(expl.tensors)
+
+
+def test_timeline_replays_the_predicted_iteration(tmp_path) -> None:
+    profile = _profile(uniform_stats(8), 0.5)
+    sim = simulate_profile(profile)
+    assert sim.makespan_ms == pytest.approx(profile.predicted.makespan_ms)
+    assert sim.trap_stall_ms == pytest.approx(profile.predicted.trap_stall_ms)
+    out = plot_timeline(profile, tmp_path / "t.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_parse_fractions() -> None:
+    assert parse_fractions("0.2:0.4:0.1") == (0.2, 0.3, 0.4)
+    assert parse_fractions("0.5,0.7") == (0.5, 0.7)
+    for bad in ("0.4:0.2:0.1", "a:b:c", "0.1:1:0", "-0.5"):
+        with pytest.raises(ConfigError):
+            parse_fractions(bad)
+
+
+def test_sweep_spans_infeasible_to_all_resident(tmp_path) -> None:
+    stats = uniform_stats(10)
+    points = sweep(stats, PlanConfig(), (0.01, 0.5, 1.0))
+    assert points[0].makespan_ms is None and "budget" in points[0].error
+    mid, full = points[1], points[2]
+    assert mid.makespan_ms is not None and mid.peak_bytes is not None
+    assert mid.peak_bytes <= mid.budget_bytes and (mid.streamed_bytes or 0) > 0
+    assert full.streamed_bytes == 0 and full.stall_ms == 0
+    assert full.makespan_ms == pytest.approx(sum(t.compute_ms for t in stats.traps))
+    out = plot_sweep(points, tmp_path / "s.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_stats_recovered_from_a_profile_replan_to_the_same_plan() -> None:
+    profile = _profile(_tied_stats(), 0.6)
+    again = plan_profile(stats_from_profile(profile), profile.config, command="test")
+    assert again.traps == profile.traps and again.schedule == profile.schedule

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from torch import nn
@@ -152,7 +152,9 @@ def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Pro
     from flextensor_compile.planning import plan_profile
 
     canonical = stats_from_json(json.loads(json.dumps(stats_to_json(stats))))
-    plan_config = config.to_plan_config()
+    # Patterns were applied by discovery (their effect is in the stats' traps and `offloadable`
+    # flags); `ftc plan` cannot know them, so the plan's config leaves them out.
+    plan_config = replace(config.to_plan_config(), include_patterns=(), exclude_patterns=())
     return plan_profile(canonical, plan_config, command=command or plan_command(plan_config))
 
 

@@ -131,7 +131,16 @@ def discover(
     if meta:
         inputs, count_flops = to_meta_inputs(inputs), True
     sel = select_traps(model, include, exclude)
-    hooks, recorder, whole_run = _record(model, inputs, run, sel, source, count_flops)
+    try:
+        hooks, recorder, whole_run = _record(model, inputs, run, sel, source, count_flops)
+    except ModelFileError as exc:
+        if not meta:
+            raise
+        raise ModelFileError(
+            f"{str(exc).removesuffix('; fix example_inputs() or run()')}; on the meta device the "
+            "workload must not read tensor values (e.g. generate() does): let run() make one "
+            "plain forward"
+        ) from None
     nested = {e.name for e in hooks.events if e.kind == "nested"}
     events = drop_traps(hooks.events, nested)
     plan = plan_slots(events, hooks.manual_names)

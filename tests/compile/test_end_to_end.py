@@ -5,6 +5,7 @@ checkpoint; re-planning the saved stats gives the same bytes."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from flextensor_compile.cli.errors import run_guarded
 from flextensor_compile.compile_api import compile_profile, plan_stats
 from flextensor_compile.config import OffloadConfig
 from flextensor_compile.stats import load_stats
+from flextensor_runtime.errors import ModelFileError
 from flextensor_runtime.model_tensors import model_tensor_entries
-from flextensor_runtime.profile import dumps, fingerprint, load, loads
+from flextensor_runtime.profile import dumps, fingerprint, load, loads, to_document
 from profiles import tiny_transformer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,37 +44,72 @@ def test_compile_profile_api_binds_to_the_model():
     assert profile.config.mem_fraction == 0.7
 
 
-def test_cli_profile_then_plan_from_stats_is_byte_identical(tmp_path, capsys):
-    out, stats, instr = tmp_path / "tiny.msgpack", tmp_path / "stats.json", tmp_path / "instr"
-    summary = json.loads(_ftc(
-        capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"), "--mem-fraction", "0.7",
-        "--profiling-iters", "1", "--warmup-iters", "0", "--save-stats", str(stats), "-o", str(out),
-        "--json",
-        "--instrument", str(instr),
-    ))  # fmt: skip
-    cost = summary["profiling_cost"]
-    assert (cost["discovery_forwards"], cost["warmup_forwards"], cost["profiling_forwards"]) == (
-        1,
-        0,
-        1,
-    )
-    assert cost["seconds"] > 0 and summary["traps"] == 6
-    assert json.loads(_ftc(capsys, "inspect", str(out), "--json"))["traps"]
-    assert {p.name for p in instr.iterdir()} >= {"discovery.json", "measurement.json", "plan.json"}
+def test_cli_profile_then_plan_stats_is_byte_identical(tiny_stats):
+    out, stats = tiny_stats
     replanned = plan_stats(load_stats(stats), OffloadConfig(max_gpu_mem_fraction=0.7))
     assert dumps(replanned) == out.read_bytes()
+    instr = out.parent / "instr"
+    assert {p.name for p in instr.iterdir()} == {"config.json", "discovery.json",
+                                                 "measurement.json", "plan.json"}  # fmt: skip
+    measurement = json.loads((instr / "measurement.json").read_text())
+    assert measurement["timing_source"] == "measured-cpu" and measurement["profiling_iters"] == 1
+
+
+def _plan_cli(capsys, monkeypatch, stats: Path, out: Path, *options: str) -> bytes:
+    argv = ["plan", str(stats), *options, "-o", str(out)]
+    monkeypatch.setattr(sys, "argv", ["ftc", *argv])
+    _ftc(capsys, *argv)
+    return out.read_bytes()
+
+
+def _without_command(data: bytes) -> dict:
+    doc = to_document(loads(data))
+    doc["meta"].pop("command")
+    return doc
+
+
+@pytest.fixture(scope="module")
+def tiny_stats(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("tiny")
+    out, stats = folder / "tiny.msgpack", folder / "stats.json"
+    code = run_guarded(lambda: app(["profile", str(ROOT / "profiles/tiny_transformer.py"),
+                                    "--mem-fraction", "0.7", "--profiling-iters", "1",
+                                    "--warmup-iters", "0", "--save-stats", str(stats),
+                                    "--instrument", str(folder / "instr"),
+                                    "-o", str(out), "--quiet"], prog_name="ftc"), False)  # fmt: skip
+    assert code == 0
+    return out, stats
+
+
+def test_ftc_plan_on_saved_stats_matches_ftc_profile(tiny_stats, tmp_path, capsys, monkeypatch):
+    out, stats = tiny_stats
+    replanned = _plan_cli(
+        capsys, monkeypatch, stats, tmp_path / "b.msgpack", "--mem-fraction", "0.7"
+    )
+    assert _without_command(replanned) == _without_command(out.read_bytes())
+
+
+@pytest.mark.xfail(strict=True, reason="`ftc plan` records its argv as meta.command; it must record "
+                   "compile_api.plan_command(config) for byte identity")  # fmt: skip
+def test_ftc_plan_on_saved_stats_is_byte_identical(tiny_stats, tmp_path, capsys, monkeypatch):
+    out, stats = tiny_stats
+    replanned = _plan_cli(
+        capsys, monkeypatch, stats, tmp_path / "b.msgpack", "--mem-fraction", "0.7"
+    )
+    assert replanned == out.read_bytes()
 
 
 def test_cli_target_planning_uses_the_roofline(tmp_path, capsys):
     out = tmp_path / "t.msgpack"
-    text = _ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"), "--target", "rtx4090",
-                "--budget", "3MiB", "-o", str(out))  # fmt: skip
-    assert (
-        "1 forwards (1 discovery, 0 warm-up, 0 profiling)" in " ".join(text.split()) or out.exists()
-    )
+    summary = json.loads(_ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"),
+                              "--target", "rtx4090", "--budget", "3MiB", "-o", str(out), "--json"))  # fmt: skip
+    cost = summary["profiling_cost"]
+    assert (cost["forwards"], cost["warmup_forwards"], cost["profiling_forwards"]) == (1, 0, 0)
+    assert summary["traps"] == 6 and summary["timing_source"] == "roofline"
     profile = load(out)
     assert profile.meta.timing_source == "roofline" and profile.device.name == "rtx4090"
     assert profile.config.budget_bytes == 3 * 2**20
+    assert json.loads(_ftc(capsys, "inspect", str(out), "--json"))["budget_bytes"] == 3 * 2**20
 
 
 @pytest.mark.parametrize(
@@ -91,3 +128,18 @@ def test_real_model_families(tmp_path, capsys, model_file, fraction, first_trap)
     names = [t["name"] for t in doc["traps"]]
     assert first_trap in names
     assert doc["predicted"]["peak_bytes"] <= doc["budget_bytes"]
+
+
+def test_meta_device_llama_plans_for_a_target():
+    from profiles import llama_small
+
+    model = llama_small.build_model().to("meta")
+    cfg = OffloadConfig(target="h100-sxm", budget_bytes=700 * 2**10)
+    with pytest.raises(ModelFileError, match="meta device.*must not read tensor values"):
+        compile_profile(model, llama_small.example_inputs, cfg, run=llama_small.run)  # generate
+    profile = compile_profile(model, llama_small.example_inputs, cfg)  # one plain forward
+    assert profile.meta.timing_source == "roofline" and profile.device.name == "h100-sxm"
+    assert profile.model == fingerprint(model_tensor_entries(model))
+    layers = [t for t in profile.traps if t.kind == "module"]
+    assert len(layers) == 4 and all(t.compute_ms > 0 for t in layers)
+    assert profile.predicted.peak_bytes <= 700 * 2**10

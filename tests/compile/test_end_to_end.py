@@ -135,7 +135,7 @@ def test_meta_device_llama_plans_for_a_target():
 
     model = llama_small.build_model().to("meta")
     cfg = OffloadConfig(target="h100-sxm", budget_bytes=700 * 2**10)
-    with pytest.raises(ModelFileError, match="meta device.*must not read tensor values"):
+    with pytest.raises(ModelFileError, match=r"meta device.*must not read tensor values"):
         compile_profile(model, llama_small.example_inputs, cfg, run=llama_small.run)  # generate
     profile = compile_profile(model, llama_small.example_inputs, cfg)  # one plain forward
     assert profile.meta.timing_source == "roofline" and profile.device.name == "h100-sxm"

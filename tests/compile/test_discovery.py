@@ -117,9 +117,9 @@ def test_meta_device_discovery_counts_flops_without_data():
     )  # plus the `scale` buffer
 
 
-def test_nested_traps_are_dropped():
-    # include both a block and a module inside it: the outermost wins statically; a module
-    # called from inside another trap's forward is reported as nested
+def test_nested_patterns_keep_the_outermost_module():
+    # a block and a module inside it both match: the block is the trap (dynamic nesting, a
+    # trap called inside another trap, is covered in test_manual_blocks)
     model = models.Stack()
     d = _discover(model, models.stack_inputs(), include=("layers.0", "layers.0.fc1", "extra.0"))
     assert d.plan.traps == ("layers.0", "extra.0")

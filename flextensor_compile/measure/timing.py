@@ -26,7 +26,7 @@ from flextensor_compile.discover.slots import attribute, drop_traps
 from flextensor_compile.measure.clock import clock_for
 from flextensor_compile.model_file import Inputs, call_run, normalize_inputs
 
-__all__ = ["Timing", "measure_compute", "place_for_timing"]
+__all__ = ["Timing", "measure_compute", "place_for_timing", "streamable_traps"]
 
 _FIT_SHARE = 0.8  # measure with the whole model on the GPU when it takes at most this share
 
@@ -58,9 +58,22 @@ def place_for_timing(model: nn.Module, discovery: Discovery, device: torch.devic
     if weight_bytes <= _FIT_SHARE * free_bytes:
         model.to(device)
         return False
-    modules = {p for p in discovery.plan.traps if discovery.plan.kinds[p] == "module"}
-    _move_except(model, "", modules, device)
+    _move_except(model, "", set(streamable_traps(discovery)), device)
     return True
+
+
+def streamable_traps(discovery: Discovery) -> tuple[str, ...]:
+    """Module traps that can be copied in and out around their call while timing: not those
+    holding a tensor another trap reads or a tied weight (moving it would move it for both)."""
+    report = discovery.report
+    shared = set(report.cross_reads) | set(report.split_ties)
+
+    def movable(trap: str) -> bool:
+        return not any(t.name in shared or t.tie is not None for t in discovery.tensors[trap])
+
+    return tuple(
+        t for t in discovery.plan.traps if discovery.plan.kinds[t] == "module" and movable(t)
+    )
 
 
 def _one_iteration(
@@ -72,12 +85,15 @@ def _one_iteration(
     traps = {t: modules[t] for t in discovery.plan.traps if discovery.plan.kinds[t] == "module"}
     on_enter = on_exit = None
     if streamed:
+        moving = set(streamable_traps(discovery))
 
         def on_enter(name: str) -> None:
-            traps[name].to(device)
+            if name in moving:
+                traps[name].to(device)
 
         def on_exit(name: str) -> None:
-            traps[name].to("cpu")
+            if name in moving:
+                traps[name].to("cpu")
 
     hooks = TrapHooks(None if discovery.whole_run else model, traps, clock.mark, on_enter, on_exit)
     with torch.no_grad(), hooks.installed():

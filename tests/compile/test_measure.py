@@ -110,3 +110,16 @@ def test_cuda_timing_and_copy_curve():
     timing = measure_compute(model, inputs, None, disc, iters=2, warmup=1, device=device)
     assert all(timing.compute_ms[t] > 0 for t in disc.plan.traps)
     assert next(model.parameters()).device.type == "cpu"  # left where it was
+
+
+def test_traps_sharing_tensors_are_not_streamed_while_timing():
+    from flextensor_compile.measure.timing import streamable_traps
+
+    d = discover(models.CrossRead(), normalize_inputs(models.x_inputs()), include=("layers.*",))
+    assert streamable_traps(d) == ("layers.1", "layers.2")  # layers.0's weight is read by layers.1
+    d = discover(
+        models.Stack(tie=True),
+        normalize_inputs(models.stack_inputs()),
+        include=("embed", "head", "layers.*"),
+    )
+    assert streamable_traps(d) == ("layers.0", "layers.1", "layers.2")

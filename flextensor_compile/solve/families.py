@@ -33,6 +33,7 @@ class Context:
     streamable: tuple[int, ...]  # slot bytes if everything a trap can stream streams
     spread: tuple[int, ...]  # trap orders in a low-discrepancy order (for mixing)
     counted: tuple[dict[int, int], ...]
+    largest_first: tuple[tuple[int, ...], ...]  # per trap: item indexes, largest first
 
     def _counted(self, order: int, k: int) -> int:
         cache = self.counted[order]
@@ -52,8 +53,7 @@ class Context:
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
         sel, slots, streamed = [], [], []
-        for trap, cap in zip(self.problem.traps, caps, strict=True):
-            order = sorted(range(len(trap.items)), key=lambda k: (-trap.items[k].slot_bytes, k))
+        for trap, order, cap in zip(self.problem.traps, self.largest_first, caps, strict=True):
             chosen, used, counted = [], 0, 0
             for k in order:
                 if used + trap.items[k].slot_bytes <= cap:
@@ -129,6 +129,10 @@ def make_context(problem: Problem) -> Context:
         tables.append(built[sizes])
     n = len(problem.traps)
     spread = tuple(sorted(range(n), key=lambda i: ((i * _GOLDEN) % 1.0, i)))
+    largest = tuple(
+        tuple(sorted(range(len(t.items)), key=lambda k: (-t.items[k].slot_bytes, k)))
+        for t in problem.traps
+    )
     return Context(problem, tuple(tables), _windows(problem),
                    tuple(t.streamable_slot_bytes for t in problem.traps), spread,
-                   tuple({} for _ in range(n)))  # fmt: skip
+                   tuple({} for _ in range(n)), largest)  # fmt: skip

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flextensor_compile.solve.families import Context
-from flextensor_compile.solve.plan import Pick, Selection, pick_memory, plan_memory
+from flextensor_compile.solve.plan import Pick, Selection, pick_memory, pick_of, plan_memory
 from flextensor_compile.solve.problem import Problem
 
 __all__ = ["BISECT_STEPS", "fit_level", "smallest_memory"]
@@ -47,7 +47,34 @@ def fit_level(
             hi, best = mid, pick
         else:
             lo, low = mid, pick
-    return _mix(ctx, low, best, fits)
+    mixed = _mix(ctx, low, best, fits)
+    mem = pick_memory(problem, mixed, num_blocks, order)
+    assert mem is not None
+    trimmed = _trim(ctx, mixed, budget - mem)
+    return trimmed if trimmed is not mixed and fits(trimmed) else mixed
+
+
+def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
+    """Return streamed tensors to residency while the budget's slack pays for them, largest
+    first (a transfer keeps at least one tensor, so blocks and the schedule stay as they are:
+    removing bytes from a transfer never grows a block, so the peak grows by at most the bytes)."""
+    traps = ctx.problem.traps
+    options = sorted(
+        ((traps[o].items[k].bytes, o, k) for o in ctx.spread
+         for k in pick.selection[o] if len(pick.selection[o]) > 1),
+        key=lambda x: -x[0],
+    )  # fmt: skip
+    removed: dict[int, set[int]] = {}
+    for nbytes, o, k in options:
+        left = len(pick.selection[o]) - len(removed.get(o, ()))
+        if nbytes <= slack and left > 1:
+            removed.setdefault(o, set()).add(k)
+            slack -= nbytes
+    if not removed:
+        return pick
+    sel = tuple(tuple(k for k in ch if k not in removed.get(o, ())) for o, ch in
+                enumerate(pick.selection))  # fmt: skip
+    return pick_of(ctx.problem, sel)
 
 
 def _mix(ctx: Context, low: Pick, high: Pick, fits: Callable[[Pick], bool]) -> Pick:

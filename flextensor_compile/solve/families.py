@@ -65,9 +65,10 @@ class Context:
             streamed.append(counted)
         return Pick(tuple(sel), tuple(slots), tuple(streamed))
 
-    def mix(self, low: Pick, high: Pick, count: int) -> Pick:
-        """`high`'s choice for the first `count` traps of the spread order, `low`'s elsewhere."""
-        up = set(self.spread[:count])
+    def mix(self, low: Pick, high: Pick, count: int, order: tuple[int, ...] = ()) -> Pick:
+        """`high`'s choice for the first `count` traps of `order` (default: the spread order),
+        `low`'s elsewhere."""
+        up = set((order or self.spread)[:count])
         src = [high if o in up else low for o in range(len(low.selection))]
         return Pick(tuple(p.selection[o] for o, p in enumerate(src)),
                     tuple(p.slot_bytes[o] for o, p in enumerate(src)),

@@ -167,8 +167,7 @@ def layouts(p: Problem) -> tuple[Layout, ...]:
         counts: tuple[int, ...] = (p.num_blocks,)
     else:
         counts = tuple(k for k in _BLOCK_COUNTS if k >= p.min_blocks) or (p.min_blocks,)
-    orders = orders_for(p.assignment)
-    return tuple((k, o) for k in counts for o in (orders if k > 1 else orders[:1]))
+    return tuple((k, o) for k in counts for o in orders_for(p.assignment, k))
 
 
 def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:

@@ -18,13 +18,16 @@ from dataclasses import dataclass
 __all__ = ["ASSIGNMENTS", "ORDERS", "Assignment", "assign_blocks", "orders_for"]
 
 ASSIGNMENTS = ("strict-round-robin", "optimized-round-robin")  # what a config may name
-ORDERS = ("strict", "least-growth")
+ORDERS = ("strict", "least-growth", "size-classes")
 
 
-def orders_for(assignment: str) -> tuple[str, ...]:
-    """Strict round robin uses the strict order; optimized round robin tries both orders and
+def orders_for(assignment: str, num_blocks: int) -> tuple[str, ...]:
+    """Strict round robin uses the strict order; optimized round robin tries several orders
+    (least-growth and strict with two blocks; strict and size-classes with three or more) and
     the planner keeps the better plan."""
-    return ("strict",) if assignment == "strict-round-robin" else ("least-growth", "strict")
+    if assignment == "strict-round-robin" or num_blocks < 2:
+        return ("strict",)
+    return ("least-growth", "strict") if num_blocks == 2 else ("strict", "size-classes")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,11 @@ def assign_blocks(
     if n_traps < 2 or num_blocks < 1:
         return None
     k = min(num_blocks, m)
+    if mode == "size-classes" and k >= 3:
+        blocks = _size_classes(sizes, k)
+        done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
+        if done is not None:
+            return done
     if mode == "least-growth":
         blocks = _least_growth(traps, sizes, n_traps, k)
         done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
@@ -84,6 +92,23 @@ def _least_growth(
         last_user[b] = t
         used_at[b] = j
         out.append(b)
+    return _compact(out)
+
+
+def _size_classes(sizes: tuple[int, ...], k: int) -> tuple[int, ...] | None:
+    """Transfers over half the largest rotate over k - 1 blocks, the rest over one block, so a
+    large copy can be issued two large transfers ahead while small ones do not grow the blocks."""
+    top = max(sizes)
+    big = [s * 2 > top for s in sizes]
+    if all(big) or not any(big):
+        return None
+    out, nbig = [], 0
+    for is_big in big:
+        if is_big:
+            out.append(nbig % (k - 1))
+            nbig += 1
+        else:
+            out.append(k - 1)
     return _compact(out)
 
 

@@ -33,6 +33,7 @@ class Context:
     streamable: tuple[int, ...]  # slot bytes if everything a trap can stream streams
     spread: tuple[int, ...]  # trap orders in a low-discrepancy order (for mixing)
     counted: tuple[dict[int, int], ...]
+    largest_first: tuple[tuple[int, ...], ...]  # per trap: item indexes, largest first
 
     def _counted(self, order: int, k: int) -> int:
         cache = self.counted[order]
@@ -52,8 +53,7 @@ class Context:
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
         sel, slots, streamed = [], [], []
-        for trap, cap in zip(self.problem.traps, caps, strict=True):
-            order = sorted(range(len(trap.items)), key=lambda k: (-trap.items[k].slot_bytes, k))
+        for trap, order, cap in zip(self.problem.traps, self.largest_first, caps, strict=True):
             chosen, used, counted = [], 0, 0
             for k in order:
                 if used + trap.items[k].slot_bytes <= cap:
@@ -65,9 +65,10 @@ class Context:
             streamed.append(counted)
         return Pick(tuple(sel), tuple(slots), tuple(streamed))
 
-    def mix(self, low: Pick, high: Pick, count: int) -> Pick:
-        """`high`'s choice for the first `count` traps of the spread order, `low`'s elsewhere."""
-        up = set(self.spread[:count])
+    def mix(self, low: Pick, high: Pick, count: int, order: tuple[int, ...] = ()) -> Pick:
+        """`high`'s choice for the first `count` traps of `order` (default: the spread order),
+        `low`'s elsewhere."""
+        up = set((order or self.spread)[:count])
         src = [high if o in up else low for o in range(len(low.selection))]
         return Pick(tuple(p.selection[o] for o, p in enumerate(src)),
                     tuple(p.slot_bytes[o] for o, p in enumerate(src)),
@@ -129,6 +130,10 @@ def make_context(problem: Problem) -> Context:
         tables.append(built[sizes])
     n = len(problem.traps)
     spread = tuple(sorted(range(n), key=lambda i: ((i * _GOLDEN) % 1.0, i)))
+    largest = tuple(
+        tuple(sorted(range(len(t.items)), key=lambda k: (-t.items[k].slot_bytes, k)))
+        for t in problem.traps
+    )
     return Context(problem, tuple(tables), _windows(problem),
                    tuple(t.streamable_slot_bytes for t in problem.traps), spread,
-                   tuple({} for _ in range(n)))  # fmt: skip
+                   tuple({} for _ in range(n)), largest)  # fmt: skip

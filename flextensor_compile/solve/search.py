@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.families import Context
-from flextensor_compile.solve.plan import Pick, Selection, pick_memory, plan_memory
+from flextensor_compile.solve.plan import Pick, Selection, pick_memory, pick_of, plan_memory
 from flextensor_compile.solve.problem import Problem
 
 __all__ = ["BISECT_STEPS", "fit_level", "smallest_memory"]
@@ -47,15 +48,63 @@ def fit_level(
             hi, best = mid, pick
         else:
             lo, low = mid, pick
-    return _mix(ctx, low, best, fits)
+    mixed = min(
+        (
+            _mix(ctx, low, best, fits, o)
+            for o in (ctx.spread, _by_block(ctx, best, num_blocks, order))
+        ),
+        key=lambda p: p.streamed_bytes,
+    )
+    mem = pick_memory(problem, mixed, num_blocks, order)
+    assert mem is not None
+    trimmed = _trim(ctx, mixed, budget - mem)
+    return trimmed if trimmed is not mixed and fits(trimmed) else mixed
 
 
-def _mix(ctx: Context, low: Pick, high: Pick, fits: Callable[[Pick], bool]) -> Pick:
+def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
+    """Return streamed tensors to residency while the budget's slack pays for them, largest
+    first (a transfer keeps at least one tensor, so blocks and the schedule stay as they are:
+    removing bytes from a transfer never grows a block, so the peak grows by at most the bytes)."""
+    traps = ctx.problem.traps
+    options = sorted(
+        ((traps[o].items[k].bytes, o, k) for o in ctx.spread
+         for k in pick.selection[o] if len(pick.selection[o]) > 1),
+        key=lambda x: -x[0],
+    )  # fmt: skip
+    removed: dict[int, set[int]] = {}
+    for nbytes, o, k in options:
+        left = len(pick.selection[o]) - len(removed.get(o, ()))
+        if nbytes <= slack and left > 1:
+            removed.setdefault(o, set()).add(k)
+            slack -= nbytes
+    if not removed:
+        return pick
+    sel = tuple(tuple(k for k in ch if k not in removed.get(o, ())) for o, ch in
+                enumerate(pick.selection))  # fmt: skip
+    return pick_of(ctx.problem, sel)
+
+
+def _by_block(ctx: Context, high: Pick, num_blocks: int, order: str) -> tuple[int, ...]:
+    """Trap orders grouped by the block `high` gives them (upgrading the users of one block
+    first leaves the other blocks as small as the lower level's)."""
+    traps = tuple(o for o, s in enumerate(high.slot_bytes) if s)
+    sizes = tuple(high.slot_bytes[o] for o in traps)
+    a = assign_blocks(traps, sizes, len(high.slot_bytes), num_blocks, order)
+    block = {} if a is None else dict(zip(traps, a.blocks, strict=True))
+    rank = {o: r for r, o in enumerate(ctx.spread)}
+    return tuple(
+        sorted(range(len(high.slot_bytes)), key=lambda o: (block.get(o, 1 << 30), rank[o]))
+    )
+
+
+def _mix(
+    ctx: Context, low: Pick, high: Pick, fits: Callable[[Pick], bool], order: tuple[int, ...]
+) -> Pick:
     a, b = 0, len(low.selection)  # mixing `a` traps does not fit; all `b` does (= high)
     best = high
     while b - a > 1:
         c = (a + b) // 2
-        pick = ctx.mix(low, high, c)
+        pick = ctx.mix(low, high, c, order)
         if fits(pick):
             b, best = c, pick
         else:

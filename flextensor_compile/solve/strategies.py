@@ -120,16 +120,35 @@ def nth_selection(problem: Problem, step: int) -> Selection:
 
 
 def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    """Bisect the step: the largest n (fewest traps streaming) whose plan fits."""
     p = ctx.problem
     if p.budget_bytes is None:
         yield "nth-layer", nth_selection(p, 2)
         return
-    for step in range(len(p.traps) + 1, 0, -1):  # n + 1: nothing streams
-        sel = nth_selection(p, step) if step <= len(p.traps) else tuple(() for _ in p.traps)
-        mem = plan_memory(p, sel, lay[0], lay[1])
-        if mem is not None and mem <= p.budget_bytes:
-            yield "nth-layer", sel
+    budget = p.budget_bytes
+
+    def at(step: int) -> Selection:
+        return nth_selection(p, step) if step <= len(p.traps) else tuple(() for _ in p.traps)
+
+    def fits(step: int) -> bool:
+        mem = plan_memory(p, at(step), lay[0], lay[1])
+        return mem is not None and mem <= budget
+
+    lo, hi = 1, len(p.traps) + 1  # step n + 1: nothing streams
+    if fits(hi):
+        yield "nth-layer", at(hi)
+        return
+    if not fits(lo):
+        lo = 2 if len(p.traps) > 1 and fits(2) else 0
+        if lo == 0:
             return
+    while hi - lo > 1:  # fits(lo) holds, fits(hi) does not
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    yield "nth-layer", at(lo)
 
 
 _GENERATORS: dict[str, Generator] = {
@@ -148,16 +167,19 @@ def layouts(p: Problem) -> tuple[Layout, ...]:
         counts: tuple[int, ...] = (p.num_blocks,)
     else:
         counts = tuple(k for k in _BLOCK_COUNTS if k >= p.min_blocks) or (p.min_blocks,)
-    orders = orders_for(p.assignment)
-    return tuple((k, o) for k in counts for o in (orders if k > 1 else orders[:1]))
+    return tuple((k, o) for k in counts for o in orders_for(p.assignment, k))
 
 
 def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
     names = list(_GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
+    seen: set[tuple[Selection, Layout]] = set()
     for lay in layouts(p):
         for name in names:
             for label, sel in _GENERATORS[name](ctx, lay):
+                if (sel, lay) in seen:
+                    continue
+                seen.add((sel, lay))
                 plan = build_plan(p, sel, lay[0], label, lay[1])
                 if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
                     continue

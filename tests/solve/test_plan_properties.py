@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections import defaultdict
 
 import pytest
@@ -23,7 +24,11 @@ from flextensor_runtime.profile import (
 )
 from tests.solve.instances import random_stats, total_bytes
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=int(os.environ.get("FLEXTENSOR_SOLVER_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def _config(stats: Stats, fraction: float | None, strategy: str) -> PlanConfig:

@@ -149,19 +149,25 @@ def profile(
         prof = compile_api.plan_stats(c.stats, config)
         bars.advance("solving")
     save(prof, output)
+    _finish(compile_api, c, prof, output, instrument, quiet, as_json, bars.console)
+
+
+def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, quiet: bool,
+            as_json: bool, console: Any) -> None:  # fmt: skip
+    """Write the instrumentation files and print the summary (human, JSON, or one line)."""
     if instrument is not None:
         instrument.mkdir(parents=True, exist_ok=True)
-        for part, doc in compile_api.instrumentation(c, prof).items():
+        for part, doc in api.instrumentation(c, prof).items():
             (instrument / f"{part}.json").write_text(
                 json.dumps(doc, indent=1, sort_keys=True) + "\n"
             )
-    doc = compile_api.summary_document(c, prof, str(output))
+    summary = api.summary_document(c, prof, str(output))
     if as_json:
         from flextensor_compile.cli.render import print_json
 
-        print_json(doc)
+        print_json(summary)
     elif not quiet:
-        _render(doc, bars.console)
+        _render(summary, console)
     else:
         print(f"wrote {output}")
 

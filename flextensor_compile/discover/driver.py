@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from flextensor_compile.discover.hooks import Event, TrapHooks
-from flextensor_compile.discover.ownership import assign_tensors
+from flextensor_compile.discover.ownership import Assignment, assign_tensors
 from flextensor_compile.discover.patterns import Selection, select_traps
 from flextensor_compile.discover.reads import ReadRecorder
 from flextensor_compile.discover.slots import SlotPlan, attribute, drop_traps, plan_slots
@@ -134,13 +134,7 @@ def discover(
     try:
         hooks, recorder, whole_run = _record(model, inputs, run, sel, source, count_flops)
     except ModelFileError as exc:
-        if not meta:
-            raise
-        raise ModelFileError(
-            f"{str(exc).removesuffix('; fix example_inputs() or run()')}; on the meta device the "
-            "workload must not read tensor values (e.g. generate() does): let run() make one "
-            "plain forward"
-        ) from None
+        raise _explain_meta(exc) if meta else exc from None
     nested = {e.name for e in hooks.events if e.kind == "nested"}
     events = drop_traps(hooks.events, nested)
     plan = plan_slots(events, hooks.manual_names)
@@ -150,8 +144,33 @@ def discover(
             " pass --include patterns that name modules the forward calls"
         )
     assignment = assign_tensors(model_tensor_entries(model), sel, plan, dict(recorder.reads))
+    report = _report(sel, plan, hooks, nested, assignment)
+    return Discovery(
+        plan=plan,
+        tensors=assignment.by_trap,
+        untrapped=assignment.untrapped,
+        events=tuple(events),
+        flops=attribute(events, plan) if count_flops else {},
+        whole_run=whole_run,
+        meta=meta,
+        selection=sel,
+        report=report,
+    )
+
+
+def _explain_meta(exc: ModelFileError) -> ModelFileError:
+    return ModelFileError(
+        f"{str(exc).removesuffix('; fix example_inputs() or run()')}; on the meta device the "
+        "workload must not read tensor values (e.g. generate() does): let run() make one plain "
+        "forward"
+    )
+
+
+def _report(
+    sel: Selection, plan: SlotPlan, hooks: TrapHooks, nested: set[str], assignment: Assignment
+) -> DiscoveryReport:
     called = set(plan.traps) | nested
-    report = DiscoveryReport(
+    return DiscoveryReport(
         unused=tuple(p for p in sel.traps if p not in called),
         nested=tuple(sorted(nested)),
         repeated={t: n for t, n in plan.calls.items() if n > 1},
@@ -163,17 +182,6 @@ def discover(
         split_ties=assignment.split_ties,
         default_include=sel.default,
         patterns=sel.include,
-    )
-    return Discovery(
-        plan=plan,
-        tensors=assignment.by_trap,
-        untrapped=assignment.untrapped,
-        events=tuple(events),
-        flops=attribute(events, plan) if count_flops else {},
-        whole_run=whole_run,
-        meta=meta,
-        selection=sel,
-        report=report,
     )
 
 

@@ -84,13 +84,10 @@ def _selected(e: TensorEntry, trap: str, sel: Selection, plan: SlotPlan) -> bool
     return only is None or base in only or e.name in only
 
 
-def assign_tensors(
-    entries: list[TensorEntry],
-    sel: Selection,
-    plan: SlotPlan,
-    reads: dict[str, set[str | None]],
-) -> Assignment:
-    """Apply the ownership rules above to every tensor of the model."""
+def _place(
+    entries: list[TensorEntry], sel: Selection, plan: SlotPlan, reads: dict[str, set[str | None]]
+) -> tuple[dict[str, str | None], dict[str, bool], dict[str, tuple[str, ...]], dict[str, str]]:
+    """Each tensor's trap (None: untrapped) and whether it may stream, before group rules."""
     traps = set(plan.traps)
     module_traps = {t for t in traps if plan.kinds[t] == "module"}
     home: dict[str, str | None] = {}
@@ -103,8 +100,7 @@ def assign_tensors(
         if trap is None and len(readers) == 1 and None not in readers:
             (reader,) = readers
             if reader in traps and (e.kind != "buffer" or e.name in sel.buffers):
-                trap = reader
-                moved[e.name] = reader
+                trap = moved[e.name] = reader
         home[e.name] = trap
         if trap is None:
             ok[e.name] = False
@@ -119,17 +115,37 @@ def assign_tensors(
             and (plan.calls.get(trap, 1) == 1 or trap in plan.contiguous)
             and not others
         )
-    groups = _groups(entries)
+    return home, ok, cross, moved
+
+
+def _apply_groups(
+    entries: list[TensorEntry], home: dict[str, str | None], ok: dict[str, bool]
+) -> list[str]:
+    """Pin every member of a group that is split over traps or has a pinned member; returns the
+    roots of split groups."""
     members: dict[str, list[str]] = defaultdict(list)
-    for name, root in groups.items():
+    for name, root in _groups(entries).items():
         members[root].append(name)
     split: list[str] = []
     for root, names in members.items():
-        if len({home[n] for n in names}) > 1:
+        spread = len({home[n] for n in names}) > 1
+        if spread:
             split.append(root)
-        if len({home[n] for n in names}) > 1 or not all(ok[n] for n in names):
+        if spread or not all(ok[n] for n in names):
             for n in names:
                 ok[n] = False
+    return split
+
+
+def assign_tensors(
+    entries: list[TensorEntry],
+    sel: Selection,
+    plan: SlotPlan,
+    reads: dict[str, set[str | None]],
+) -> Assignment:
+    """Apply the ownership rules above to every tensor of the model."""
+    home, ok, cross, moved = _place(entries, sel, plan, reads)
+    split = _apply_groups(entries, home, ok)
     by_trap: dict[str, list[TensorStat]] = {t: [] for t in plan.traps}
     untrapped: list[TensorStat] = []
     for e in entries:

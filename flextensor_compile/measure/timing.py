@@ -4,7 +4,8 @@ Owns: running the workload `warmup + iters` times under the trap hooks with a cl
 on a GPU, perf_counter on CPU), turning the marks into per-slot milliseconds with the discovery's
 slot rules, and taking the median per slot. On a GPU, a model that does not fit is measured trap
 by trap: everything outside the module traps is placed on the device, and each trap's module is
-copied in before its entry mark and back out after its exit mark.
+copied in before its entry mark and back out after its exit mark. The model is left on the
+device it came on.
 Must not know: which tensors stream, the solver, the CLI.
 """
 
@@ -124,6 +125,7 @@ def measure_compute(
 ) -> Timing:
     """Run `warmup + iters` iterations and return the median per-slot time of the last `iters`."""
     started = time.perf_counter()
+    home = next((t.device for t in model.parameters()), torch.device("cpu"))
     streamed = place_for_timing(model, discovery, device)
     if device.type != "cpu":
         raw = tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs.raw)
@@ -137,8 +139,8 @@ def measure_compute(
             if on_iteration is not None:
                 on_iteration()
     finally:
-        if device.type != "cpu":
-            model.to("cpu")
+        if device != home:
+            model.to(home)
     compute_ms = {
         slot: float(statistics.median(s[slot] for s in samples)) for slot in discovery.plan.order
     }

@@ -37,8 +37,6 @@ class ProgressSink(Protocol):
 
     def advance(self, phase: str) -> None: ...
 
-    def note(self, line: str) -> None: ...
-
 
 @dataclass(frozen=True)
 class ProfilingCost:
@@ -166,7 +164,7 @@ def compile_profile(
     *,
     command: str = "",
 ) -> Profile:
-    """Compile an offload profile for `model` (the model is left on the CPU, unchanged).
+    """Compile an offload profile for `model` (the model is left where it was, unchanged).
 
     `example_inputs`: positional args (tuple), kwargs (dict), `(args, kwargs)`, or a function
     returning one of those. `run(model, inputs)`: one iteration of the real workload.

@@ -33,7 +33,6 @@ class _Bars:
         from flextensor_compile.cli.render import err_console
 
         self.console = err_console()
-        self.quiet = quiet
         self.tasks: dict[str, Any] = {}
         self.progress = Progress(
             TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
@@ -53,10 +52,6 @@ class _Bars:
 
     def advance(self, phase: str) -> None:
         self.progress.advance(self.tasks[phase])
-
-    def note(self, line: str) -> None:
-        if not self.quiet:
-            self.console.print(line)
 
 
 def _config(opts: dict[str, Any]) -> Any:

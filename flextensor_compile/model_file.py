@@ -92,12 +92,19 @@ def _exec_file(path: Path) -> Any:
 def _import_ref(ref: str, what: str) -> tuple[Any, str]:
     """`pkg.mod:attr` -> (module, attr); `pkg.mod` -> (module, "")."""
     mod_name, _, attr = ref.partition(":")
+    cwd = str(Path.cwd())
+    added = cwd not in sys.path
+    if added:  # like `python -m`: modules in the current folder are importable
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(mod_name)
     except Exception as exc:
         raise ModelFileError(
             f"{ref}: importing {mod_name!r} raised {_cause(exc)}; check the {what} reference"
         ) from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
     return module, attr
 
 

@@ -57,13 +57,18 @@ class Discovery:
     untrapped: tuple[TensorStat, ...]
     events: tuple[Event, ...]  # top-level events of the discovery forward (FLOPs as values)
     flops: dict[str, float]  # per slot, per iteration (empty unless FLOPs were counted)
+    gap_tensors: dict[str, frozenset[str]]  # gap slot -> untrapped tensors read there
     whole_run: bool  # the root forward never ran: one run() call is one iteration
     meta: bool
     selection: Selection
     report: DiscoveryReport
 
     def weight_bytes(self, slot: str) -> int:
-        """Bytes of the distinct tensors a slot owns (tied aliases counted once)."""
+        """Bytes of the distinct tensors a slot owns (tied aliases counted once); for a gap
+        trap, of the untrapped tensors read during it."""
+        if self.plan.kinds.get(slot) == "gap":
+            names = self.gap_tensors.get(slot, frozenset())
+            return sum(t.bytes for t in self.untrapped if t.name in names and t.tie is None)
         return sum(t.bytes for t in self.tensors.get(slot, ()) if t.tie is None)
 
 
@@ -151,6 +156,7 @@ def discover(
         untrapped=assignment.untrapped,
         events=tuple(events),
         flops=attribute(events, plan) if count_flops else {},
+        gap_tensors={g: frozenset(n) for g, n in recorder.gap_reads.items() if g in plan.kinds},
         whole_run=whole_run,
         meta=meta,
         selection=sel,

@@ -53,6 +53,7 @@ class TrapHooks:
         self.root_depth = 0
         self.manual_seen = False
         self.manual_names: set[str] = set()
+        self.last_exit: str | None = None  # the last top-level trap that exited this iteration
 
     @property
     def current(self) -> str | None:
@@ -78,12 +79,14 @@ class TrapHooks:
             return
         self.stack.pop()
         if not self.stack:
+            self.last_exit = name
             self.events.append(Event("exit", name, self.sample()))
             if self.on_exit is not None:
                 self.on_exit(name)
 
     def begin(self) -> None:
         """Mark an iteration start (called by hooks, or by the driver when there is no root)."""
+        self.last_exit = None
         self.events.append(Event("begin", "", self.sample()))
 
     def end(self) -> None:

@@ -3,7 +3,7 @@
 Owns: a `TorchFunctionMode` active during the discovery forward (the glossary's indirect mode)
 that looks at every torch function's arguments, records each model tensor it sees (parameters,
 buffers, inner tensor fields) against the trap active at that moment (or None: outside every
-trap), and tells the hooks when compute runs outside traps (gap candidates). Metadata reads
+trap; outside traps, also against the gap slot it runs in), and tells the hooks when compute runs outside traps (gap candidates). Metadata reads
 (`.shape`, `.dtype`, `size()`, ...) are not reads of the data and are ignored. Tensors handed to
 custom CUDA/Triton kernels are seen through the torch calls that prepare them (`data_ptr()`,
 `contiguous()`, ...).
@@ -20,6 +20,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from flextensor_compile.discover.hooks import TrapHooks
+from flextensor_compile.discover.slots import gap_name
 
 __all__ = ["ReadRecorder"]
 
@@ -49,6 +50,7 @@ class ReadRecorder(TorchFunctionMode):
         self.hooks = hooks
         self.tensor_names = tensor_names
         self.reads: dict[str, set[str | None]] = defaultdict(set)
+        self.gap_reads: dict[str, set[str]] = defaultdict(set)  # gap slot -> tensors read there
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -66,5 +68,7 @@ class ReadRecorder(TorchFunctionMode):
                 name = self.tensor_names.get(id(leaf))
                 if name is not None:
                     self.reads[name].add(current)
+                    if current is None:
+                        self.gap_reads[gap_name(self.hooks.last_exit)].add(name)
         if current is None:
             self.hooks.mark_op()

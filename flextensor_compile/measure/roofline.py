@@ -4,9 +4,9 @@ Owns the formula (documented in docs/compile.md):
     compute_ms = max(flops / peak_bf16_flops, weight_bytes / hbm_bytes_per_s) * 1e3
 where `flops` are the trap's FLOPs per iteration counted by torch's FlopCounterMode during the
 discovery forward (matmuls, convolutions, attention), `weight_bytes` the bytes of the tensors the
-trap owns (read once per call), and the peaks come from the target table. A gap trap has no
-weights, so its time is its FLOPs over the peak. Element-wise work is not counted: the estimate
-is a lower bound that is tight for weight-heavy layers.
+trap owns (read once per call; for a gap trap, the untrapped weights read during it, such as an
+LM head), and the peaks come from the target table. Element-wise work is not counted: the
+estimate is a lower bound that is tight for weight-heavy layers.
 Must not know: clocks, the solver, how FLOPs were counted.
 """
 

@@ -123,3 +123,15 @@ def test_traps_sharing_tensors_are_not_streamed_while_timing():
         include=("embed", "head", "layers.*"),
     )
     assert streamable_traps(d) == ("layers.0", "layers.1", "layers.2")
+
+
+def test_roofline_gap_counts_the_untrapped_weights_it_reads():
+    model = models.Stack().to("meta")
+    disc = discover(model, normalize_inputs(models.stack_inputs()))
+    tail = "gap:after:layers.2"
+    assert disc.gap_tensors[tail] >= {"head.weight", "extra.0.weight"}
+    assert "embed.weight" in disc.gap_tensors["gap:start"]
+    head_bytes = 20 * models.DIM * 4
+    assert disc.weight_bytes(tail) >= head_bytes
+    target = get_target("l4")
+    assert roofline_ms(disc, target)[tail] >= head_bytes / target.hbm_bytes_per_s * 1e3

@@ -2,8 +2,8 @@
 
     ftc profile profiles/llama_small.py --mem-fraction 0.9 -o llama.msgpack
 
-`run` is one real workload iteration: a prefill then two greedy decode steps with the KV cache
-(`generate`), so each of the three forwards is one iteration of the plan.
+`run` is the real workload: `generate` with two new tokens, i.e. a prefill forward then one
+decode forward with the KV cache; each forward is one iteration of the plan.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class _Bars:
         self.progress = Progress(
             TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            console=self.console, disable=quiet, transient=False,
+            console=self.console, disable=quiet, transient=True,
         )  # fmt: skip
 
     def __enter__(self) -> _Bars:

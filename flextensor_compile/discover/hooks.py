@@ -60,10 +60,6 @@ class TrapHooks:
         """The outermost active trap (the one that owns what runs now), or None."""
         return self.stack[0] if self.stack else None
 
-    @property
-    def in_iteration(self) -> bool:
-        return self.root is None or self.root_depth > 0
-
     def _enter(self, name: str) -> None:
         if self.stack:
             self.stack.append(name)
@@ -95,7 +91,7 @@ class TrapHooks:
     def mark_op(self) -> None:
         """Record that compute ran outside every trap inside an iteration (a gap candidate)."""
         fresh = not self.events or self.events[-1].kind != "op"
-        if not self.stack and self.in_iteration and fresh:
+        if not self.stack and fresh:  # outside an iteration: dropped when iterations are split
             self.events.append(Event("op", ""))
 
     def _manual(self, name: str, entering: bool) -> None:

@@ -59,8 +59,7 @@ class ReadRecorder(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _observe(self, args: Any, kwargs: Any) -> None:
-        if not self.hooks.in_iteration:
-            return
+        # Reads outside the root forward (in run() itself) count as reads outside traps.
         current = self.hooks.current
         leaves, _ = tree_flatten((args, kwargs))
         for leaf in leaves:

@@ -148,3 +148,17 @@ def test_manual_offload_block_regions():
     assert d.plan.traps == ("first", "second")
     assert d.plan.kinds["first"] == "manual"
     assert {t.name for t in d.tensors["second"]} == {"b.weight", "b.bias"}
+
+
+def test_workload_that_never_calls_the_root_forward_is_one_iteration():
+    class Encoder(models.Stack):
+        def encode(self, ids):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Encoder()
+    d = _discover(model, models.stack_inputs(), run=lambda m, inputs: m.encode(*inputs))
+    assert d.whole_run and d.plan.iterations == 1 and model.forwards == 0
+    assert d.plan.order == ("gap:start", "layers.0", "layers.1", "layers.2")

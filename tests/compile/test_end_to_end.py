@@ -143,3 +143,27 @@ def test_meta_device_llama_plans_for_a_target():
     layers = [t for t in profile.traps if t.kind == "module"]
     assert len(layers) == 4 and all(t.compute_ms > 0 for t in layers)
     assert profile.predicted.peak_bytes <= 700 * 2**10
+
+
+def test_cli_patterns_and_determinism(tmp_path, capsys):
+    args = ["profile", str(ROOT / "profiles/tiny_transformer.py"), "--target", "a100-80g",
+            "--budget", "4MiB", "--include", "blocks.*.up.weight", "--include", "blocks.*.qkv",
+            "--exclude", "blocks.0.*", "--quiet"]  # fmt: skip
+    _ftc(capsys, *args, "-o", str(tmp_path / "a.msgpack"))
+    _ftc(capsys, *args, "-o", str(tmp_path / "b.msgpack"))
+    data = (tmp_path / "a.msgpack").read_bytes()
+    assert data == (tmp_path / "b.msgpack").read_bytes()  # a compiled artifact is deterministic
+    traps = {t.name: t for t in loads(data).traps if t.kind == "module"}
+    assert sorted(traps) == sorted(f"blocks.{i}.{m}" for i in range(1, 6) for m in ("qkv", "up"))
+    up = {e.name: e for e in traps["blocks.3.up"].tensors}
+    assert set(up) == {"blocks.3.up.weight", "blocks.3.up.bias"}
+    assert up["blocks.3.up.bias"].placement == "resident"  # parameter-level: only the weight
+
+
+def test_cli_pattern_that_matches_nothing_is_one_line(tmp_path, capsys):
+    path = str(ROOT / "profiles/tiny_transformer.py")
+    code = run_guarded(lambda: app(["profile", path, "--include", "layers.*", "--target", "l4",
+                                    "-o", str(tmp_path / "x.msgpack")], prog_name="ftc"), False)  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1
+    assert err.startswith("ftc: invalid option: pattern 'layers.*' matches no module or tensor")

@@ -91,23 +91,30 @@ class _Arguments:
             self.signature = None
 
     def get(self, spec: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
-        value: Any = None
-        names = list(self.signature.parameters) if self.signature else []
-        name = names[int(spec)] if spec.isdigit() and int(spec) < len(names) else spec
-        if self.signature is not None:
-            try:
-                value = self.signature.bind_partial(*args, **kwargs).arguments.get(name)
-            except TypeError:
-                value = None
-        if value is None and spec.isdigit() and int(spec) < len(args):
-            value = args[int(spec)]
-        value = kwargs.get(name, value) if value is None else value
+        value = self._find(spec, args, kwargs)
         if not isinstance(value, torch.Tensor):
             raise CacheUsageError(
                 f"cached forward argument {spec!r} is {type(value).__name__}, not a tensor; "
                 "set 'signal'/'residual_input' to a tensor argument's name or position"
             )
         return value
+
+    def _find(self, spec: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        bound: dict[str, Any] = {}
+        named: list[str] = []
+        if self.signature is not None:
+            variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            named = [n for n, p in self.signature.parameters.items() if p.kind not in variadic]
+            try:
+                bound = dict(self.signature.bind_partial(*args, **kwargs).arguments)
+            except TypeError:
+                bound = {}
+        if spec.isdigit():
+            index = int(spec)
+            if index < len(named):
+                return bound.get(named[index])
+            return args[index] if index < len(args) else None  # forward(*args)
+        return bound.get(spec) if spec in named else kwargs.get(spec)  # forward(**kwargs)
 
 
 class CacheInstallation:

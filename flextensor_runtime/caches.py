@@ -103,7 +103,8 @@ class FixedStepCache:
         reason = self._dense_reason(step, total)
         if reason is not None:
             out = compute()
-            self._outputs = [*self._outputs[-1:], (step, detach_tree(out))]
+            kept = self._outputs[-1:] if self.delta_scale != 0.0 else []  # memory: one output
+            self._outputs = [*kept, (step, detach_tree(out))]
             self._log.add(step, False, reason)
             return out
         (last_step, last), *_ = self._outputs[-1:]

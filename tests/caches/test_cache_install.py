@@ -216,3 +216,25 @@ def test_adaptive_rejects_a_non_tensor_signal() -> None:
 def test_installation_type() -> None:
     assert isinstance(install_cache(Model(), _section("fixed-step:module=denoiser")),
                       CacheInstallation)  # fmt: skip
+
+
+class VarArgs(nn.Module):
+    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+        return args[0] * 3 if args else kwargs["x"] * 3
+
+
+def test_adaptive_finds_signals_of_var_arg_forwards() -> None:
+    model = nn.Sequential(VarArgs())
+    for spec_signal, call in (("0", lambda m, x: m(x)), ("x", lambda m, x: m[0](x=x))):
+        inst = install_cache(
+            model,
+            _section(f"adaptive-residual:module=0;threshold=1;dense_last=0;signal={spec_signal}"),
+        )
+        with torch.no_grad():
+            inst.set_step(0)
+            call(model, torch.ones(2))
+            inst.set_step(1)
+            out = call(model, torch.ones(2) * 1.5)
+        torch.testing.assert_close(out, torch.full((2,), 3.0))
+        assert inst.report().hits == 1
+        inst.remove()

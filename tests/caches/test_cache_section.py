@@ -103,3 +103,35 @@ def test_bad_specs(spec: str, message: str) -> None:
 def test_section_from_profile_extensions() -> None:
     assert cache_section_from_extensions({}) is None
     assert cache_section_from_extensions({"caches": FIXED}) == parse_cache_section(FIXED)
+
+
+def test_section_survives_the_profile_wire_format() -> None:
+    from flextensor_runtime.profile import (
+        DeviceSpec,
+        Meta,
+        PlanConfig,
+        Predicted,
+        Profile,
+        TensorEntry,
+        Trap,
+        dumps,
+        fingerprint,
+        loads,
+    )
+
+    section = parse_cache_section(
+        parse_cache_spec("adaptive-residual:module=transformer;threshold=0.1")
+    )
+    entry = TensorEntry(name="w", bytes=16, dtype="float32", shape=(4,), stride=(1,))
+    profile = Profile(
+        meta=Meta("0.1.0", "2.13", "ftc profile m.py --cache ...", "synthetic"),
+        model=fingerprint([entry]),
+        device=DeviceSpec("cpu", 1 << 30, 1e10, kind="cpu"),
+        config=PlanConfig(),
+        traps=(Trap("layer", "module", 1.0, (entry,)),),
+        blocks=(),
+        schedule=(),
+        predicted=Predicted(1.0, 1.0, 0.0, 16, 16, 0),
+        extensions={"caches": cache_section_to_data(section)},
+    )
+    assert cache_section_from_extensions(loads(dumps(profile)).extensions) == section

@@ -41,6 +41,7 @@ class FixedStepPolicy:
 
     def __post_init__(self) -> None:
         self.make_cache()  # validates
+        object.__setattr__(self, "skip_steps", tuple(sorted(set(self.skip_steps))))
 
     def make_cache(self) -> FixedStepCache:
         """A fresh cache with these options."""

@@ -98,12 +98,14 @@ class FixedStepCache:
 
     def run(self, step: int, compute: Callable[[], T], total_steps: int | None = None) -> T:
         """Compute or replay one step's output; appends one event to `events`."""
-        needs_total = self.dense_last if step in self.skip_steps else 0
+        listed = isinstance(step, int) and step in self.skip_steps
+        needs_total = self.dense_last if listed else 0
         total = self._log.begin(step, total_steps, needs_total)
         reason = self._dense_reason(step, total)
         if reason is not None:
             out = compute()
-            kept = self._outputs[-1:] if self.delta_scale != 0.0 else []  # memory: one output
+            # keep one output unless extrapolating; a repeated step replaces its own output
+            kept = [o for o in self._outputs if o[0] != step][-1:] if self.delta_scale else []
             self._outputs = [*kept, (step, detach_tree(out))]
             self._log.add(step, False, reason)
             return out

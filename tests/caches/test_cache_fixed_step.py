@@ -162,3 +162,13 @@ def test_bad_step_is_rejected(step: object) -> None:
 def test_bad_options_raise_config_error(kwargs: dict) -> None:
     with pytest.raises(ConfigError, match="is invalid"):
         FixedStepCache(**kwargs)
+
+
+def test_repeated_dense_step_replaces_its_output_before_extrapolating() -> None:
+    cache = FixedStepCache(skip_steps={3}, delta_scale=1.0, dense_first=0, dense_last=0)
+    with torch.no_grad():
+        for step, value in ((1, 1.0), (2, 5.0), (2, 2.0)):  # step 2 computed twice
+            cache.run(step, lambda v=value: torch.tensor([v]))
+        out = cache.run(3, lambda: torch.tensor([99.0]))
+    # extrapolates from (1, 1.0) and the latest (2, 2.0): 2 + 1 * (2 - 1) = 3
+    torch.testing.assert_close(out, torch.tensor([3.0]))

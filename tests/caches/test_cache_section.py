@@ -135,3 +135,9 @@ def test_section_survives_the_profile_wire_format() -> None:
         extensions={"caches": cache_section_to_data(section)},
     )
     assert cache_section_from_extensions(loads(dumps(profile)).extensions) == section
+
+
+def test_policies_built_in_code_normalise_skip_steps() -> None:
+    section = CacheSection("transformer", FixedStepPolicy(skip_steps={5, 3}))  # type: ignore[arg-type]
+    assert section.policy.skip_steps == (3, 5)
+    assert msgpack.unpackb(msgpack.packb(cache_section_to_data(section)))["skip_steps"] == [3, 5]

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from flextensor_runtime.cache_section import (
-    CacheInstallation,
     install_cache,
     parse_cache_section,
     parse_cache_spec,
@@ -211,11 +210,6 @@ def test_adaptive_rejects_a_non_tensor_signal() -> None:
     inst.set_step(0, 2)
     with pytest.raises(CacheUsageError, match="argument 'scale' is float, not a tensor"):
         model.denoiser(torch.ones(1, 4), 2.0)
-
-
-def test_installation_type() -> None:
-    assert isinstance(install_cache(Model(), _section("fixed-step:module=denoiser")),
-                      CacheInstallation)  # fmt: skip
 
 
 class VarArgs(nn.Module):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Any
 
 from flextensor_runtime.caches import AdaptiveResidualCache, FixedStepCache
@@ -90,24 +91,28 @@ class AdaptiveResidualPolicy:
 
 
 Policy = FixedStepPolicy | AdaptiveResidualPolicy
-POLICIES: Mapping[str, type[FixedStepPolicy] | type[AdaptiveResidualPolicy]] = {
-    "fixed-step": FixedStepPolicy,
-    "adaptive-residual": AdaptiveResidualPolicy,
-}
-_KINDS: Mapping[str, str] = {  # field -> value kind, for data and spec parsing
-    "skip_steps": "steps",
-    "delta_scale": "float",
-    "dense_first": "int",
-    "dense_last": "int",
-    "total_steps": "int",
-    "threshold": "float",
-    "warmup_steps": "int",
-    "max_consecutive_hits": "int",
-    "subsample": "int",
-    "eps": "float",
-    "signal": "str",
-    "residual_input": "str",
-}
+POLICIES: Mapping[str, type[FixedStepPolicy] | type[AdaptiveResidualPolicy]] = MappingProxyType(
+    {
+        "fixed-step": FixedStepPolicy,
+        "adaptive-residual": AdaptiveResidualPolicy,
+    }
+)
+_KINDS: Mapping[str, str] = MappingProxyType(
+    {  # field -> value kind, for data and spec parsing
+        "skip_steps": "steps",
+        "delta_scale": "float",
+        "dense_first": "int",
+        "dense_last": "int",
+        "total_steps": "int",
+        "threshold": "float",
+        "warmup_steps": "int",
+        "max_consecutive_hits": "int",
+        "subsample": "int",
+        "eps": "float",
+        "signal": "str",
+        "residual_input": "str",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -27,21 +28,23 @@ __all__ = [
 ]
 
 # reason code -> what it means; every CacheEvent.reason is one of these keys
-REASONS: Mapping[str, str] = {
-    "dense-first": "one of the first `dense_first` steps: always computed",
-    "dense-last": "one of the last `dense_last` steps: always computed",
-    "warmup": "one of the first `warmup_steps` steps: always computed",
-    "not-skipped": "step is not in `skip_steps`: computed",
-    "no-seed": "no dense output stored yet (first call or after reset): computed",
-    "autograd": "autograd is enabled: caches never replay under autograd, computed",
-    "signal-shape": "the signal changed shape since the last step: computed, accumulator reset",
-    "threshold": "accumulated change reached `threshold`: computed, accumulator reset",
-    "hit-cap": "`max_consecutive_hits` replays in a row: computed, accumulator reset",
-    "replayed": "hit: the last dense output was returned",
-    "extrapolated": "hit: first-order extrapolation from the two latest dense outputs",
-    "below-threshold": "hit: accumulated change is below `threshold`, last residual replayed",
-    "no-step": "called outside a step (installation without set_step): computed, not cached",
-}
+REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        "dense-first": "one of the first `dense_first` steps: always computed",
+        "dense-last": "one of the last `dense_last` steps: always computed",
+        "warmup": "one of the first `warmup_steps` steps: always computed",
+        "not-skipped": "step is not in `skip_steps`: computed",
+        "no-seed": "no dense output stored yet (first call or after reset): computed",
+        "autograd": "autograd is enabled: caches never replay under autograd, computed",
+        "signal-shape": "the signal changed shape since the last step: computed, accumulator reset",
+        "threshold": "accumulated change reached `threshold`: computed, accumulator reset",
+        "hit-cap": "`max_consecutive_hits` replays in a row: computed, accumulator reset",
+        "replayed": "hit: the last dense output was returned",
+        "extrapolated": "hit: first-order extrapolation from the two latest dense outputs",
+        "below-threshold": "hit: accumulated change is below `threshold`, last residual replayed",
+        "no-step": "called outside a step (installation without set_step): computed, not cached",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from diffusers.models.transformers.transformer_sd3 import SD3Transformer2DModel
@@ -55,8 +57,13 @@ class Pipeline(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def pipe() -> Pipeline:
-    return Pipeline()
+def pipe() -> Iterator[Pipeline]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: extra threads only add contention
+    try:
+        yield Pipeline()
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _rel_error(a: torch.Tensor, b: torch.Tensor) -> float:

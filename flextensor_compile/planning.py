@@ -13,7 +13,7 @@ from importlib import metadata
 from flextensor_compile.emit import emit_profile
 from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve
 from flextensor_compile.stats import Stats
-from flextensor_runtime.profile import Meta, PlanConfig, Profile
+from flextensor_runtime.profile import Meta, PlanConfig, Profile, check_profile
 
 __all__ = ["package_version", "plan_profile", "solve_stats"]
 
@@ -48,4 +48,6 @@ def plan_profile(
         command=command,
         timing_source=stats.timing_source,
     )
-    return emit_profile(stats, config, problem, plan, meta)
+    profile = emit_profile(stats, config, problem, plan, meta)
+    check_profile(profile)  # e.g. duplicate trap names in the stats surface here, not at load
+    return profile

@@ -1,8 +1,9 @@
 """Block assignment and the prefetch schedule: which memory block each transfer uses, and when.
 
-Owns: the two block orders, "strict" (transfer j -> block j mod K) and "least-growth" (each
-transfer goes to the block that grows least, least recently used first, never a block whose
-last reader is the trap just before; strict when that fails), block sizes
+Owns: the block orders, "strict" (transfer j -> block j mod K), "least-growth" (each transfer
+goes to the block that grows least, least recently used first, never a block whose last reader
+is the trap just before) and "size-classes" (large transfers rotate over K - 1 blocks, small ones
+share one); when an order cannot be scheduled the next one is tried. Block sizes
 (each block as large as the largest transfer it carries), and the schedule: a transfer is issued
 at the entry of the trap after the block's previous reader (as early as the block allows,
 cyclically, so the first traps' weights are fetched during the tail of the previous iteration);
@@ -54,17 +55,20 @@ def assign_blocks(
     if n_traps < 2 or num_blocks < 1:
         return None
     k = min(num_blocks, m)
-    if mode == "size-classes" and k >= 3:
-        blocks = _size_classes(sizes, k)
+    tries = {"size-classes": (_size_classes, _least_growth, _strict),
+             "least-growth": (_least_growth, _strict)}.get(mode, (_strict, _least_growth))  # fmt: skip
+    for order in tries:
+        blocks = order(traps, sizes, n_traps, k)
         done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
         if done is not None:
             return done
-    if mode == "least-growth":
-        blocks = _least_growth(traps, sizes, n_traps, k)
-        done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
-        if done is not None:
-            return done
-    return _schedule(traps, sizes, n_traps, tuple(j % k for j in range(m)))
+    return None
+
+
+def _strict(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+) -> tuple[int, ...] | None:
+    return tuple(j % k for j in range(len(traps)))
 
 
 def _least_growth(
@@ -95,12 +99,14 @@ def _least_growth(
     return _compact(out)
 
 
-def _size_classes(sizes: tuple[int, ...], k: int) -> tuple[int, ...] | None:
+def _size_classes(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+) -> tuple[int, ...] | None:
     """Transfers over half the largest rotate over k - 1 blocks, the rest over one block, so a
     large copy can be issued two large transfers ahead while small ones do not grow the blocks."""
     top = max(sizes)
     big = [s * 2 > top for s in sizes]
-    if all(big) or not any(big):
+    if k < 3 or all(big) or not any(big):
         return None
     out, nbig = [], 0
     for is_big in big:

@@ -197,6 +197,8 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     for plan in _candidates(ctx, strategy):
         if best is None or plan.rank_key() < best.rank_key():
             best = plan
+    if best is None and problem.budget_bytes is None:  # latency mode: all resident always works
+        best = build_plan(problem, tuple(() for _ in problem.traps), 1, strategy, "strict")
     if best is not None:
         return best
     least = smallest_memory(problem, layouts(problem), nth_selection(problem, 2))

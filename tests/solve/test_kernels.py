@@ -7,7 +7,10 @@ from itertools import combinations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flextensor_compile.solve import BandwidthModel, SubsetTable
+from flextensor_compile.solve import BandwidthModel, SubsetTable, problem_from_stats, solve
+from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.profile import PlanConfig
+from tests.solve.instances import random_stats
 
 
 def brute_best(sizes: tuple[int, ...], cap: float) -> int:
@@ -59,3 +62,32 @@ def test_linear_fallback_uses_the_rate_and_latency() -> None:
     assert abs(model.copy_ms(1_000_000) - (0.5 + 1.0)) < 1e-12
     assert model.copy_ms(0) == 0.0
     assert model.bytes_within(0.4) == 0
+
+
+def _window_ms(compute: list[float], kinds: list[str], i: int) -> float:
+    """The compute before trap i, widened backwards over gap traps (the documented window)."""
+    n, total, k = len(compute), 0.0, i - 1
+    for _ in range(n - 1):
+        total += compute[k % n]
+        if kinds[k % n] != "gap":
+            break
+        k -= 1
+    return total
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_stats(max_traps=6, max_tensors=6), st.sampled_from([0.5, 1.0, 2.0]))
+def test_knapsack_strategy_streams_the_brute_force_optimum_per_window(stats, scale) -> None:
+    problem = problem_from_stats(
+        stats, PlanConfig(strategy="knapsack", transfer_budget_scale=scale)
+    )
+    try:
+        plan = solve(problem, "knapsack")
+    except BudgetError:
+        return
+    compute = [t.compute_ms for t in problem.traps]
+    kinds = [t.kind for t in problem.traps]
+    for i, trap in enumerate(problem.traps):
+        cap = problem.bandwidth.bytes_within(scale * _window_ms(compute, kinds, i))
+        got = sum(trap.items[k].slot_bytes for k in plan.selection[i])
+        assert got == brute_best(tuple(it.slot_bytes for it in trap.items), cap)

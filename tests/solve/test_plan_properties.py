@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 import os
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flextensor_compile.planning import plan_profile, solve_stats
-from flextensor_compile.solve import STRATEGIES
+from flextensor_compile.solve import ASSIGNMENTS, STRATEGIES
 from flextensor_compile.stats import Stats
 from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import (
@@ -47,9 +48,10 @@ fractions = st.one_of(st.none(), st.floats(0.05, 1.3))
 
 
 @SETTINGS
-@given(random_stats(), fractions, st.sampled_from(STRATEGIES))
-def test_profile_is_valid_and_round_trips(stats: Stats, fraction, strategy: str) -> None:
-    profile = _plan(stats, _config(stats, fraction, strategy))
+@given(random_stats(), fractions, st.sampled_from(STRATEGIES), st.sampled_from(ASSIGNMENTS))
+def test_profile_is_valid_and_round_trips(stats: Stats, fraction, strategy: str, assignment):
+    config = replace(_config(stats, fraction, strategy), assignment=assignment)
+    profile = _plan(stats, config)
     if profile is None:
         return
     check_profile(profile)
@@ -156,3 +158,13 @@ def test_every_strategy_fits_a_tight_budget(strategy: str) -> None:
     profile = plan_profile(stats, PlanConfig(budget_bytes=budget, strategy=strategy))
     assert profile.predicted.peak_bytes <= budget
     assert profile.predicted.streamed_bytes > 0
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_an_odd_cycle_of_streaming_traps_is_scheduled(assignment: str) -> None:
+    from tests.solve.instances import uniform_stats
+
+    stats = uniform_stats(7, compute_ms=100.0)  # latency mode: every trap's copy fits its window
+    profile = plan_profile(stats, PlanConfig(assignment=assignment))
+    check_profile(profile)
+    assert len(profile.schedule) == 7 and profile.predicted.stall_ms == 0

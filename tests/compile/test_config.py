@@ -54,3 +54,12 @@ def test_model_file_patterns_only_fill_in_missing_ones():
     cfg = OffloadConfig(include_patterns=("a.*",))
     filled = cfg.with_patterns(("b.*",), ("c",))
     assert filled.include_patterns == ("a.*",) and filled.exclude_patterns == ("c",)
+
+
+def test_config_and_target_table_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from flextensor_compile.config import OffloadConfig; "
+            "OffloadConfig(target='h200', budget_bytes=2**30); assert 'torch' not in sys.modules")  # fmt: skip
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -167,3 +167,16 @@ def test_cli_pattern_that_matches_nothing_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1
     assert err.startswith("ftc: invalid option: pattern 'layers.*' matches no module or tensor")
+
+
+@pytest.mark.slow
+def test_meta_device_8b_model_file_plans_for_a_target(tmp_path, capsys):
+    out = tmp_path / "l8.msgpack"
+    summary = json.loads(_ftc(capsys, "profile", str(ROOT / "profiles/llama8b_meta.py"),
+                              "--target", "h100-pcie", "--mem-fraction", "0.15", "-o", str(out),
+                              "--json"))  # fmt: skip
+    assert summary["traps"] == 32 and summary["timing_source"] == "roofline"
+    profile = load(out)
+    assert profile.model.total_bytes > 15 * 10**9  # bf16 weights of an 8B model, never allocated
+    assert profile.predicted.streamed_bytes > 0
+    assert profile.predicted.peak_bytes <= int(0.15 * profile.device.memory_bytes)

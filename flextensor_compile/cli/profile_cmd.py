@@ -84,11 +84,12 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
     c, p = doc["profiling_cost"], doc["predicted"]
     dev = doc["device"]
     for line in doc["notes"]:
-        notes_to.print(f"note: {line}")
+        notes_to.print(f"note: {line}", soft_wrap=True)
     notes_to.print(
         f"profiling cost: {c['forwards']} forwards ({c['discovery_forwards']} discovery, "
         f"{c['warmup_forwards']} warm-up, {c['profiling_forwards']} profiling), "
-        f"{c['seconds']:.2f} s; timing: {doc['timing_source']}"
+        f"{c['seconds']:.2f} s; timing: {doc['timing_source']}",
+        soft_wrap=True,
     )
     print(
         f"wrote {doc['output']}: {doc['traps']} traps + {doc['gap_traps']} gap traps for "

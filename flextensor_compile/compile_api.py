@@ -17,14 +17,14 @@ from typing import Any, Protocol
 
 from torch import nn
 
-from flextensor_compile.config import OffloadConfig
+from flextensor_compile.config import OffloadConfig, plan_command
 from flextensor_compile.discover import Discovery, discover, is_meta_model
 from flextensor_compile.measure import DeviceChoice, choose_device, measure_compute, roofline_ms
 from flextensor_compile.measure.targets import get_target
 from flextensor_compile.model_file import Inputs, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, stats_from_json, stats_to_json
 from flextensor_runtime.model_tensors import model_tensor_entries
-from flextensor_runtime.profile import PlanConfig, Profile
+from flextensor_runtime.profile import Profile
 
 __all__ = ["Compilation", "ProfilingCost", "ProgressSink", "collect_stats", "compile_profile",
            "instrumentation", "plan_command", "plan_stats", "summary_document"]  # fmt: skip
@@ -204,26 +204,6 @@ def instrumentation(compilation: Compilation, profile: Profile | None = None) ->
         doc["plan"]["predicted"] = asdict(profile.predicted)
         doc["plan"]["transfer_mode"] = profile.config.transfer_mode
     return doc
-
-
-def plan_command(config: PlanConfig) -> str:
-    """The command a profile records: the `ftc plan` options that remake it from its stats.
-
-    `ftc profile` and `ftc plan` both record this text, so equal options give equal bytes.
-    """
-    parts = ["ftc plan"]
-    if config.budget_bytes is not None:
-        parts.append(f"--budget {config.budget_bytes}")
-    if config.mem_fraction is not None:
-        parts.append(f"--mem-fraction {config.mem_fraction:g}")
-    parts.append(f"--strategy {config.strategy}")
-    if config.num_blocks is not None:
-        parts.append(f"--num-blocks {config.num_blocks}")
-    if config.min_blocks != 1:
-        parts.append(f"--min-blocks {config.min_blocks}")
-    if config.seed:
-        parts.append(f"--seed {config.seed}")
-    return " ".join(parts)
 
 
 def summary_document(c: Compilation, profile: Profile, output: str | None) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """`OffloadConfig`: every option of `ftc profile` / `compile_profile`, validated, with glossary names.
 
-Owns: the option names and their defaults, one-line validation errors (a misspelt option suggests
+Owns: the option names and their defaults, the canonical `ftc plan` command a profile records, one-line validation errors (a misspelt option suggests
 the right one), parsing sizes such as "6GiB" and rates such as "25GB/s", and the conversion to the
 profile's `PlanConfig` (what the solver reads and the profile records).
 Must not know: torch, models, the solver's algorithms, the CLI.
@@ -22,6 +22,7 @@ __all__ = [
     "STRATEGIES",
     "TRANSFER_MODES",
     "OffloadConfig",
+    "plan_command",
 ]
 
 STRATEGIES = (
@@ -197,3 +198,23 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.4)
     hint = f"did you mean {close[0]!r}?" if close else f"choose one of {', '.join(allowed)}"
     raise ConfigError(f"{name} {value!r} is not known; {hint}")
+
+
+def plan_command(config: PlanConfig) -> str:
+    """The command a profile records: the `ftc plan` options that remake it from its stats.
+
+    `ftc profile` and `ftc plan` both record this text, so equal options give equal bytes.
+    """
+    parts = ["ftc plan"]
+    if config.budget_bytes is not None:
+        parts.append(f"--budget {config.budget_bytes}")
+    if config.mem_fraction is not None:
+        parts.append(f"--mem-fraction {config.mem_fraction:g}")
+    parts.append(f"--strategy {config.strategy}")
+    if config.num_blocks is not None:
+        parts.append(f"--num-blocks {config.num_blocks}")
+    if config.min_blocks != 1:
+        parts.append(f"--min-blocks {config.min_blocks}")
+    if config.seed:
+        parts.append(f"--seed {config.seed}")
+    return " ".join(parts)

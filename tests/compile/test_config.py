@@ -63,3 +63,13 @@ def test_config_and_target_table_do_not_import_torch():
     code = ("import sys; from flextensor_compile.config import OffloadConfig; "
             "OffloadConfig(target='h200', budget_bytes=2**30); assert 'torch' not in sys.modules")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_plan_command_is_canonical():
+    from flextensor_compile.config import plan_command
+
+    cfg = OffloadConfig(max_gpu_mem_fraction=0.6, num_blocks=3, seed=2)
+    assert plan_command(cfg.to_plan_config()) == (
+        "ftc plan --mem-fraction 0.6 --strategy adaptive --num-blocks 3 --seed 2")  # fmt: skip
+    assert plan_command(OffloadConfig(budget_bytes=1024).to_plan_config()) == (
+        "ftc plan --budget 1024 --strategy adaptive")  # fmt: skip

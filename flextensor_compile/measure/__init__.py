@@ -12,11 +12,11 @@ import importlib
 from typing import Any
 
 __all__ = ["DeviceChoice", "GpuTarget", "Timing", "choose_device", "get_target",
-           "measure_compute", "roofline_ms", "target_names", "targets"]  # fmt: skip
+           "measure_compute", "roofline_ms", "target_names"]  # fmt: skip
 
 _EXPORTS = {
     "DeviceChoice": "device", "choose_device": "device",
-    "GpuTarget": "targets", "get_target": "targets", "target_names": "targets", "targets": "targets",
+    "GpuTarget": "targets", "get_target": "targets", "target_names": "targets",
     "Timing": "timing", "measure_compute": "timing",
     "roofline_ms": "roofline",
 }  # fmt: skip

@@ -17,6 +17,7 @@ from flextensor_compile.measure import (
     targets,
 )
 from flextensor_compile.measure.bandwidth import measure_host_copies
+from flextensor_compile.measure.targets import targets
 from flextensor_compile.model_file import normalize_inputs
 from flextensor_runtime.errors import ConfigError
 from tests.compile import models

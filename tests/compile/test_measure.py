@@ -14,7 +14,6 @@ from flextensor_compile.measure import (
     get_target,
     measure_compute,
     roofline_ms,
-    targets,
 )
 from flextensor_compile.measure.bandwidth import measure_host_copies
 from flextensor_compile.measure.targets import targets

@@ -50,13 +50,17 @@ def _move_except(module: nn.Module, path: str, skip: set[str], device: torch.dev
     module._apply(lambda t: t.to(device), recurse=False)
 
 
-def place_for_timing(model: nn.Module, discovery: Discovery, device: torch.device) -> bool:
-    """Put the model on `device` for timing; returns True when traps must stream in one by one."""
+def place_for_timing(
+    model: nn.Module, discovery: Discovery, device: torch.device, fit_bytes: int | None = None
+) -> bool:
+    """Put the model on `device` for timing; returns True when traps must stream in one by one
+    (the weights exceed `fit_bytes`, by default 80% of the device's free memory)."""
     if device.type != "cuda":
         return False
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    free_bytes, _ = torch.cuda.mem_get_info(device)
-    if weight_bytes <= _FIT_SHARE * free_bytes:
+    if fit_bytes is None:
+        fit_bytes = int(_FIT_SHARE * torch.cuda.mem_get_info(device)[0])
+    if weight_bytes <= fit_bytes:
         model.to(device)
         return False
     _move_except(model, "", set(streamable_traps(discovery)), device)
@@ -122,11 +126,12 @@ def measure_compute(
     device: torch.device,
     source: str = "model",
     on_iteration: Callable[[], None] | None = None,
+    fit_bytes: int | None = None,
 ) -> Timing:
     """Run `warmup + iters` iterations and return the median per-slot time of the last `iters`."""
     started = time.perf_counter()
     home = next((t.device for t in model.parameters()), torch.device("cpu"))
-    streamed = place_for_timing(model, discovery, device)
+    streamed = place_for_timing(model, discovery, device, fit_bytes)
     if device.type != "cpu":
         raw = tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs.raw)
         inputs = normalize_inputs(raw)

@@ -110,6 +110,11 @@ def test_cuda_timing_and_copy_curve():
     timing = measure_compute(model, inputs, None, disc, iters=2, warmup=1, device=device)
     assert all(timing.compute_ms[t] > 0 for t in disc.plan.traps)
     assert next(model.parameters()).device.type == "cpu"  # left where it was
+    streamed = measure_compute(
+        model, inputs, None, disc, iters=2, warmup=1, device=device, fit_bytes=1
+    )
+    assert streamed.streamed and all(streamed.compute_ms[t] > 0 for t in disc.plan.traps)
+    assert next(model.parameters()).device.type == "cpu"
 
 
 def test_traps_sharing_tensors_are_not_streamed_while_timing():

@@ -107,7 +107,10 @@ def _one_iteration(
         call_run(run, model, inputs, source)
         if discovery.whole_run:
             hooks.end()
-    events = drop_traps(hooks.events, set())
+    unknown = {
+        e.name for e in hooks.events if e.kind == "enter" and e.name not in discovery.plan.kinds
+    }
+    events = drop_traps(hooks.events, unknown)  # e.g. a manual region discovery found nested
     timed = [i for i, e in enumerate(events) if e.kind in ("begin", "end", "enter", "exit")]
     ms = clock.to_ms([events[i].value for i in timed])
     for i, value in zip(timed, ms, strict=True):

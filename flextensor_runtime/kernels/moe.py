@@ -5,7 +5,7 @@ K routes (expert e = selected_experts[t, k], weight w = routing_weights[t, k]):
     out[t] += w * down[e] @ (silu(gate[e] @ x[t]) * (up[e] @ x[t]))
 Weights are packed per expert: gate/up [E, I, D], down [E, D, I] (the row-major layout of
 `nn.Linear` weights stacked over experts). Only tokens routed to an expert are evaluated for it.
-Contributions are summed in float32; the result has hidden_states' shape and dtype.
+Contributions are summed in float32 (float64 for float64 inputs); the result has hidden_states' shape and dtype.
 Must not know: Triton (the kernel module is imported only when the Triton path runs).
 """
 
@@ -120,7 +120,8 @@ def routed_swiglu_moe_pytorch(
     flat_experts = selected_experts.reshape(-1)  # [T*K], route r = t * K + k
     flat_weights = routing_weights.reshape(-1)  # [T*K]
     _check_expert_ids(flat_experts, shape.experts)
-    out = torch.zeros(shape.tokens, shape.hidden, dtype=torch.float32, device=x.device)
+    acc_dtype = torch.promote_types(x.dtype, torch.float32)  # sum in float32 (or float64)
+    out = torch.zeros(shape.tokens, shape.hidden, dtype=acc_dtype, device=x.device)
     order = torch.argsort(flat_experts, stable=True)  # routes grouped by expert
     counts = torch.bincount(flat_experts, minlength=shape.experts).tolist()
     start = 0
@@ -133,7 +134,7 @@ def routed_swiglu_moe_pytorch(
         xe = x[tokens]  # [n, D]
         h = F.silu(xe @ gate_weight[expert].T) * (xe @ up_weight[expert].T)  # [n, I]
         ye = h @ down_weight[expert].T  # [n, D]
-        contrib = ye.float() * flat_weights[routes].float().unsqueeze(1)
+        contrib = ye.to(acc_dtype) * flat_weights[routes].to(acc_dtype).unsqueeze(1)
         out = out.index_add(0, tokens, contrib)
     return out.to(hidden_states.dtype).reshape(hidden_states.shape)
 

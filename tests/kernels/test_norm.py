@@ -37,7 +37,7 @@ def test_reference_matches_naive_float64(p: dict) -> None:
     torch.testing.assert_close(out, expected.to(x.dtype), **ROW_TOLERANCE[p["dtype"]])
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(p=row_problems())
 def test_triton_matches_reference(p: dict, kernel_device: torch.device) -> None:
     x, scale, shift = _inputs(p, kernel_device)

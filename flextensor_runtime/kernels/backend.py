@@ -31,11 +31,14 @@ def _interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _one_device_type(tensors: tuple[torch.Tensor, ...]) -> str | None:
+    devices = {t.device for t in tensors}
+    return next(iter(devices)).type if len(devices) == 1 else None
+
+
 def _devices_usable(tensors: tuple[torch.Tensor, ...]) -> bool:
-    devices = {t.device.type for t in tensors}
-    if devices == {"cuda"}:
-        return True
-    return devices == {"cpu"} and _interpreter_on()
+    kind = _one_device_type(tensors)
+    return kind == "cuda" or (kind == "cpu" and _interpreter_on())
 
 
 def _needs_grad(tensors: tuple[torch.Tensor, ...]) -> bool:
@@ -70,9 +73,7 @@ def resolve_backend(op: str, backend: str | None, *tensors: torch.Tensor) -> Bac
     """
     if backend is None:
         usable = (
-            triton_installed()
-            and {t.device.type for t in tensors} == {"cuda"}
-            and not _needs_grad(tensors)
+            _one_device_type(tensors) == "cuda" and not _needs_grad(tensors) and triton_installed()
         )
         return "triton" if usable else "torch"
     if backend not in _BACKENDS:

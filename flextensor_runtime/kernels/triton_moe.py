@@ -12,6 +12,8 @@ Must not know: argument validation or backend choice (done by the caller).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -109,6 +111,11 @@ def _down_kernel(  # type: ignore[no-untyped-def]
 _INTERPRETED = not isinstance(_gate_up_kernel, triton.runtime.JITFunction)
 
 
+def _on_device(device: torch.device) -> contextlib.AbstractContextManager:
+    """Launch on the tensors' GPU (Triton launches on the current device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _tile(n: int, cap: int) -> int:
     return min(cap, max(16, triton.next_power_of_2(n)))
 
@@ -165,5 +172,6 @@ def routed_swiglu_moe_triton(
         return torch.zeros_like(hidden_states)
     x = hidden_states.reshape(shape.tokens, shape.hidden)  # [T, D], any strides
     blocks = align_routes(selected_experts, shape.experts, _block_m(shape), workspace)
-    y = _launch(x, routing_weights, weights, blocks, shape, workspace)  # [T, K, D] fp32
+    with _on_device(x.device):
+        y = _launch(x, routing_weights, weights, blocks, shape, workspace)  # [T, K, D] fp32
     return y.sum(dim=1).to(hidden_states.dtype).reshape(hidden_states.shape)

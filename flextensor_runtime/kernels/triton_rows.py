@@ -10,6 +10,8 @@ Must not know: argument validation or backend choice (done by the callers).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -88,6 +90,11 @@ def _residual_gate_kernel(  # type: ignore[no-untyped-def]
     tl.store(out_ptr + row * D + offs, (r + u * g).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def _on_device(device: torch.device) -> contextlib.AbstractContextManager:
+    """Launch on the tensors' GPU (Triton launches on the current device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _launch_block_d(d: int, max_single_pass_d: int) -> tuple[int, bool]:
     if d <= max_single_pass_d:
         return max(triton.next_power_of_2(d), 16), True
@@ -109,11 +116,12 @@ def layer_norm_scale_shift_triton(
     n_b, n_t, d = x3.shape
     block_d, single_pass = _launch_block_d(d, max_single_pass_d)
     num_warps = 4 if block_d <= 2048 else 8
-    _ln_scale_shift_kernel[(n_b * n_t,)](
-        x3, sc3, sh3, out, n_t, d, eps,
-        *x3.stride(), *sc3.stride(), *sh3.stride(),
-        BLOCK_D=block_d, SINGLE_PASS=single_pass, num_warps=num_warps,
-    )  # fmt: skip
+    with _on_device(x.device):
+        _ln_scale_shift_kernel[(n_b * n_t,)](
+            x3, sc3, sh3, out, n_t, d, eps,
+            *x3.stride(), *sc3.stride(), *sh3.stride(),
+            BLOCK_D=block_d, SINGLE_PASS=single_pass, num_warps=num_warps,
+        )  # fmt: skip
     return out
 
 
@@ -129,7 +137,8 @@ def residual_gate_add_triton(
     n_b, n_t, d = r3.shape
     block_d = min(_GATE_BLOCK_D, max(triton.next_power_of_2(d), 16))
     grid = (n_b * n_t, triton.cdiv(d, block_d))
-    _residual_gate_kernel[grid](
-        r3, u3, g3, out, n_t, d, *r3.stride(), *u3.stride(), *g3.stride(), BLOCK_D=block_d
-    )
+    with _on_device(residual.device):
+        _residual_gate_kernel[grid](
+            r3, u3, g3, out, n_t, d, *r3.stride(), *u3.stride(), *g3.stride(), BLOCK_D=block_d
+        )
     return out

@@ -43,7 +43,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(BIN)/ruff check flextensor_runtime flextensor_compile tests bench
+	$(BIN)/ruff check $(wildcard flextensor_runtime flextensor_compile tests bench profiles)
 	$(BIN)/ruff format --check flextensor_runtime flextensor_compile
 	$(BIN)/mypy
 

@@ -16,10 +16,17 @@ import torch
 
 from flextensor_runtime.errors import BackendUnavailableError, ConfigError
 
-__all__ = ["Backend", "resolve_allow_triton", "resolve_backend", "triton_installed"]
+__all__ = [
+    "TRITON_DTYPES",
+    "Backend",
+    "resolve_allow_triton",
+    "resolve_backend",
+    "triton_installed",
+]
 
 Backend = Literal["torch", "triton"]
 _BACKENDS = ("torch", "triton")
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def triton_installed() -> bool:
@@ -41,6 +48,12 @@ def _devices_usable(tensors: tuple[torch.Tensor, ...]) -> bool:
     return kind == "cuda" or (kind == "cpu" and _interpreter_on())
 
 
+def _unsupported_dtypes(tensors: tuple[torch.Tensor, ...]) -> list[str]:
+    """Floating dtypes the Triton kernels do not handle (they compute in float32)."""
+    floats = {t.dtype for t in tensors if t.is_floating_point()}
+    return sorted(str(d) for d in floats - set(TRITON_DTYPES))
+
+
 def _needs_grad(tensors: tuple[torch.Tensor, ...]) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
@@ -58,6 +71,12 @@ def _check_forced(op: str, tensors: tuple[torch.Tensor, ...]) -> None:
             "to CUDA, set TRITON_INTERPRET=1 before importing triton to run on CPU, "
             "or use backend='torch'"
         )
+    unsupported = _unsupported_dtypes(tensors)
+    if unsupported:
+        raise BackendUnavailableError(
+            f"{op}: the Triton kernels support float32, bfloat16 and float16, got {unsupported}; "
+            "cast the inputs or use backend='torch'"
+        )
     if _needs_grad(tensors):
         raise BackendUnavailableError(
             f"{op}: the Triton kernel is forward-only but an input requires grad; "
@@ -68,7 +87,8 @@ def _check_forced(op: str, tensors: tuple[torch.Tensor, ...]) -> None:
 def resolve_backend(op: str, backend: str | None, *tensors: torch.Tensor) -> Backend:
     """Pick the backend for one call.
 
-    None: Triton when installed, every tensor is on CUDA and no gradient is needed, else torch.
+    None: Triton when installed, every tensor is on one CUDA device, every floating dtype is in
+    TRITON_DTYPES and no gradient is needed, else torch.
     "torch" / "triton": forced; a forced Triton that cannot run raises BackendUnavailableError.
     """
     if backend is None:

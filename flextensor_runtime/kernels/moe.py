@@ -139,6 +139,27 @@ def routed_swiglu_moe_pytorch(
     return out.to(hidden_states.dtype).reshape(hidden_states.shape)
 
 
+def _check_workspace(workspace: object) -> None:
+    if workspace is not None and not isinstance(workspace, dict) and not callable(workspace):
+        raise ConfigError(
+            f"routed_swiglu_moe: workspace must be a dict, a callable returning one, or None; "
+            f"got {type(workspace).__name__}; pass {{}} once and reuse it"
+        )
+
+
+def _workspace_dict(workspace: Workspace | None) -> dict[str, torch.Tensor]:
+    """The dict whose buffers the Triton path reuses; a factory is called once per call."""
+    buffers = workspace() if callable(workspace) else workspace
+    if buffers is None:
+        return {}
+    if not isinstance(buffers, dict):
+        raise ConfigError(
+            f"routed_swiglu_moe: the workspace factory returned {type(buffers).__name__}, "
+            "not a dict; return the same dict on every call"
+        )
+    return buffers
+
+
 def routed_swiglu_moe(
     hidden_states: torch.Tensor,
     routing_weights: torch.Tensor,
@@ -171,18 +192,18 @@ def routed_swiglu_moe(
         up_weight,
         down_weight,
     )
+    _check_workspace(workspace)
     if chosen == "torch":
         return routed_swiglu_moe_pytorch(
             hidden_states, routing_weights, selected_experts, gate_weight, up_weight, down_weight
         )
     from flextensor_runtime.kernels import triton_moe
 
-    buffers = workspace() if callable(workspace) else workspace
     return triton_moe.routed_swiglu_moe_triton(
         hidden_states,
         routing_weights,
         selected_experts,
         (gate_weight, up_weight, down_weight),
         shape,
-        {} if buffers is None else buffers,
+        _workspace_dict(workspace),
     )

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import torch
 
-from flextensor_runtime.errors import ConfigError
-
 __all__ = ["RouteBlocks", "align_routes", "max_blocks", "take_buffer"]
 
 
@@ -38,11 +36,6 @@ def take_buffer(
     device: torch.device,
 ) -> torch.Tensor:
     """A flat buffer of at least `numel` elements from `workspace`, grown (and stored) if needed."""
-    if not isinstance(workspace, dict):
-        raise ConfigError(
-            f"routed_swiglu_moe: workspace must be a dict or a callable returning one, got "
-            f"{type(workspace).__name__}"
-        )
     buf = workspace.get(key)
     if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < numel:
         buf = torch.empty(numel, dtype=dtype, device=device)

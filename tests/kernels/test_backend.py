@@ -92,3 +92,10 @@ def test_runtime_imports_and_runs_without_triton() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "triton is not installed" in done.stdout
+
+
+def test_float64_stays_on_the_reference(kernel_device: torch.device) -> None:
+    x = torch.zeros(1, 2, 8, dtype=torch.float64, device=kernel_device)
+    assert resolve_backend("op", None, x) == "torch"
+    with pytest.raises(BackendUnavailableError, match=r"support float32, bfloat16 and float16"):
+        residual_gate_add(x, x, x, backend="triton")

@@ -131,3 +131,11 @@ def test_bad_arguments_raise(change: dict, fragment: str) -> None:
     fields = {name: getattr(case, name) for name in MoeCase.__dataclass_fields__}
     with pytest.raises(ConfigError, match=fragment):
         routed_swiglu_moe(*MoeCase(**{**fields, **change}).args())
+
+
+def test_bad_workspace_raises(kernel_device: torch.device) -> None:
+    case = build_case(tokens=2, top_k=1, experts=2, hidden=8, inter=8).to(kernel_device)
+    with pytest.raises(ConfigError, match="workspace must be a dict, a callable"):
+        routed_swiglu_moe(*case.args(), workspace=[], allow_triton=False)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="workspace factory returned list"):
+        routed_swiglu_moe(*case.args(), workspace=list, allow_triton=True)  # type: ignore[arg-type]

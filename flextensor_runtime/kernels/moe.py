@@ -111,7 +111,7 @@ def routed_swiglu_moe_pytorch(
     hidden_states [..., D] (T = number of rows); routing_weights, selected_experts [T, K];
     gate_weight, up_weight [E, I, D]; down_weight [E, D, I]. Only the tokens routed to an
     expert are gathered and evaluated for it; experts with no tokens cost nothing.
-    Raises ConfigError for expert ids outside [0, E) (this costs one device sync).
+    Raises ConfigError for expert ids outside [0, E). Syncs with the host (group sizes).
     """
     shape = check_moe_args(
         hidden_states, routing_weights, selected_experts, gate_weight, up_weight, down_weight
@@ -135,7 +135,7 @@ def routed_swiglu_moe_pytorch(
         h = F.silu(xe @ gate_weight[expert].T) * (xe @ up_weight[expert].T)  # [n, I]
         ye = h @ down_weight[expert].T  # [n, D]
         contrib = ye.to(acc_dtype) * flat_weights[routes].to(acc_dtype).unsqueeze(1)
-        out = out.index_add(0, tokens, contrib)
+        out.index_add_(0, tokens, contrib)
     return out.to(hidden_states.dtype).reshape(hidden_states.shape)
 
 

@@ -33,24 +33,19 @@ class Row:
     speedup_vs_reference: float
 
 
-def _time_ms(
-    fn: Callable[[], torch.Tensor], device: torch.device, warmup: int, iters: int
-) -> float:
-    for _ in range(warmup):
-        fn()
+def _time_ms(fn: Callable[[], torch.Tensor], device: torch.device, iters: int) -> float:
+    """Median milliseconds per call. CUDA: triton's do_bench (L2 flushed before every call,
+    which also hides Python dispatch behind the flush); CPU: wall clock after one warm-up."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
+    fn()
     samples = []
     for _ in range(iters):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end))
-        else:
-            began = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - began) * 1e3)
+        began = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - began) * 1e3)
     return statistics.median(samples)
 
 
@@ -58,7 +53,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on CPU (interpreter)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--iters", type=int, default=None, help="timed runs per variant")
+    parser.add_argument("--iters", type=int, default=None, help="timed runs per variant (CPU)")
     parser.add_argument(
         "--compile-backend",
         default=None,
@@ -77,16 +72,14 @@ def _variants(case, compile_backend: str) -> list[tuple[str, Callable[[], torch.
     return [*variants, ("triton", case.triton)]
 
 
-def _measure(
-    cases, device: torch.device, compile_backend: str, warmup: int, iters: int
-) -> list[Row]:
+def _measure(cases, device: torch.device, compile_backend: str, iters: int) -> list[Row]:
     rows = []
     for case in cases:
         expected = case.reference().float()
         reference_ms = 0.0
         for variant, fn in _variants(case, compile_backend):
             err = (fn().float() - expected).abs().max().item() if expected.numel() else 0.0
-            ms = _time_ms(fn, device, warmup, iters)
+            ms = _time_ms(fn, device, iters)
             reference_ms = reference_ms or ms
             rows.append(
                 Row(
@@ -121,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels import triton
     device = torch.device("cpu" if smoke else "cuda")
     compile_backend = args.compile_backend or ("eager" if smoke else "inductor")
-    iters = args.iters or (1 if smoke else 50)
+    iters = args.iters or (1 if smoke else 20)
     logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # graph-break notes at .tolist()
     from bench.kernels.cases import build_cases
 
@@ -129,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = build_cases(smoke, getattr(torch, args.dtype), device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (interpreter)"
     print(f"device: {name}; GB/s and TFLOP/s count the minimum traffic and work of each op")
-    rows = _measure(cases, device, compile_backend, 1 if smoke else 5, iters)
+    rows = _measure(cases, device, compile_backend, iters)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"device": name, "rows": [asdict(r) for r in rows]}, handle, indent=1)

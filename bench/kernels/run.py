@@ -15,8 +15,12 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from bench.kernels.cases import Case
 
 __all__ = ["main"]
 
@@ -64,7 +68,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _variants(case, compile_backend: str) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+def _variants(case: Case, compile_backend: str) -> list[tuple[str, Callable[[], torch.Tensor]]]:
     variants = [("reference", case.reference)]
     if compile_backend != "none":  # default dynamic: expert group sizes vary between experts
         compiled = torch.compile(case.reference, backend=compile_backend)
@@ -72,7 +76,9 @@ def _variants(case, compile_backend: str) -> list[tuple[str, Callable[[], torch.
     return [*variants, ("triton", case.triton)]
 
 
-def _measure(cases, device: torch.device, compile_backend: str, iters: int) -> list[Row]:
+def _measure(
+    cases: list[Case], device: torch.device, compile_backend: str, iters: int
+) -> list[Row]:
     rows = []
     for case in cases:
         expected = case.reference().float()

@@ -1,8 +1,9 @@
-"""Compile every Triton kernel for an sm_90 GPU without needing one (run as a module).
+"""Compile every Triton kernel for sm_90 and sm_80 GPUs without needing one (run as a module).
 
 `python -m tests.kernels.ptx_compile` must run without TRITON_INTERPRET so the kernels are real
-JIT functions; Triton then lowers them to PTX and cubin for the target. This catches what the
-CPU interpreter accepts but the GPU compiler rejects (dot shapes, dtypes, control flow).
+JIT functions; Triton then lowers them to PTX and cubin for each target. This catches what the
+CPU interpreter accepts but the GPU compiler rejects (dot shapes, dtypes, control flow), and
+checks that no kernel needs more shared memory than a consumer GPU (sm_86/89) has per block.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from triton.compiler import ASTSource
 
 from flextensor_runtime.kernels import triton_moe, triton_rows
 
-TARGET = GPUTarget("cuda", 90, 32)
+TARGETS = (GPUTarget("cuda", 90, 32), GPUTarget("cuda", 80, 32))
+MAX_SHARED_BYTES = 99 * 1024  # per-block opt-in limit of sm_86 / sm_89
 
 
 def compile_kernel(
@@ -28,10 +30,13 @@ def compile_kernel(
         for name in fn.arg_names
     }
     consts = {(fn.arg_names.index(name),): value for name, value in constexprs.items()}
-    source = ASTSource(fn=fn, signature=signature, constexprs=consts)
-    kernel = triton.compile(source, target=TARGET, options={"num_warps": num_warps})
-    assert "ptx" in kernel.asm and "cubin" in kernel.asm
-    print(fn.__name__, constexprs, f"num_warps={num_warps}", flush=True)
+    for target in TARGETS:
+        source = ASTSource(fn=fn, signature=signature, constexprs=consts)
+        kernel = triton.compile(source, target=target, options={"num_warps": num_warps})
+        assert "ptx" in kernel.asm and "cubin" in kernel.asm
+        shared = kernel.metadata.shared
+        assert shared <= MAX_SHARED_BYTES, f"{fn.__name__} needs {shared} bytes of shared memory"
+        print(fn.__name__, f"sm_{target.arch}", constexprs, f"shared={shared}", flush=True)
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""The Triton kernels compile for a real GPU target (sm_90 PTX + cubin), checked without a GPU."""
+"""The Triton kernels compile for real GPU targets (sm_90, sm_80: PTX + cubin) without a GPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 
-def test_kernels_compile_for_sm90() -> None:
+def test_kernels_compile_for_gpu_targets() -> None:
     backends = pytest.importorskip("triton.backends")
     if "nvidia" not in backends.backends:
         pytest.skip("this triton build has no NVIDIA backend")
@@ -27,6 +27,7 @@ def test_kernels_compile_for_sm90() -> None:
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    compiled = [line.split()[0] for line in done.stdout.splitlines()]
-    assert compiled.count("_gate_up_kernel") == compiled.count("_down_kernel") == 3
-    assert compiled.count("_ln_scale_shift_kernel") == 3 and "_residual_gate_kernel" in compiled
+    compiled = [line.split()[0] for line in done.stdout.splitlines()]  # one line per target
+    assert compiled.count("_gate_up_kernel") == compiled.count("_down_kernel") == 6
+    assert compiled.count("_ln_scale_shift_kernel") == 6
+    assert compiled.count("_residual_gate_kernel") == 2

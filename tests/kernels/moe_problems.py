@@ -68,6 +68,8 @@ def build_case(
     n_used = experts if used_experts is None else used_experts
     selected = torch.randint(0, n_used, (tokens, top_k), generator=gen)
     weights = torch.softmax(torch.randn(tokens, top_k, generator=gen), dim=-1)
+    if layout == "transposed":  # routing weights as a [K, T] buffer seen through .T
+        weights = weights.T.contiguous().T
     return MoeCase(x, weights, selected, gate, up, down)
 
 

@@ -6,7 +6,9 @@ Owns: two kernels and their launch. Routes are grouped by expert into row blocks
   2. down:    per (row block, D tile): y[route] = w[route] * (h @ down[e].T)    -> [T*K, D] fp32
 and out = sum over k of y.view(T, K, D). Each route row is written once (no atomics), so the
 result is deterministic. Matmuls accumulate in float32 (IEEE for float32 inputs).
-Imports triton at module import; imported lazily by `moe.py`.
+Imports triton at module import; imported lazily by `moe.py`. Like `triton_rows.py`, the kernels
+call no jit function of triton's own library (silu is written out), so the interpreter works
+even when triton was imported before TRITON_INTERPRET=1 was set.
 Must not know: argument validation or backend choice (done by the caller).
 """
 
@@ -42,8 +44,8 @@ def _gate_up_kernel(  # type: ignore[no-untyped-def]
     token = routes // top_k
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < n_inter
-    acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_g = tl.full([BLOCK_M, BLOCK_N], 0.0, dtype=tl.float32)
+    acc_u = tl.full([BLOCK_M, BLOCK_N], 0.0, dtype=tl.float32)
     for k0 in range(0, n_hidden, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < n_hidden
@@ -64,7 +66,7 @@ def _gate_up_kernel(  # type: ignore[no-untyped-def]
             a, wg, wu = a.to(tl.float32), wg.to(tl.float32), wu.to(tl.float32)
         acc_g = tl.dot(a, wg, acc_g, input_precision=DOT_PRECISION)
         acc_u = tl.dot(a, wu, acc_u, input_precision=DOT_PRECISION)
-    h = acc_g * tl.sigmoid(acc_g) * acc_u
+    h = acc_g * (1.0 / (1.0 + tl.exp(-acc_g))) * acc_u
     h_ptrs = h_ptr + offs_m[:, None] * n_inter + offs_n[None, :]
     tl.store(h_ptrs, h.to(h_ptr.dtype.element_ty), mask=n_ok[None, :])
 
@@ -86,7 +88,7 @@ def _down_kernel(  # type: ignore[no-untyped-def]
     row_ok = routes < n_routes
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < n_hidden
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc = tl.full([BLOCK_M, BLOCK_N], 0.0, dtype=tl.float32)
     if expert < n_experts:  # expert == n_experts: invalid routes contribute zeros
         for k0 in range(0, n_inter, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)

@@ -5,6 +5,9 @@ Imports triton at module import, so it is only imported lazily by `norm.py` / `g
 TRITON_INTERPRET=1 set before that import the kernels run in Triton's CPU interpreter.
 Both kernels accumulate in float32 and read inputs through strides (broadcast dims have
 stride 0), so non-contiguous and broadcast inputs are never copied. Outputs are contiguous.
+Kernels call only Triton builtins and jit functions of this package (no `tl.sum`/`tl.sigmoid`,
+which are jit functions of triton's own library): those are interpreted only if triton itself
+was imported after TRITON_INTERPRET=1, which a test process cannot always guarantee.
 Must not know: argument validation or backend choice (done by the callers).
 """
 
@@ -26,6 +29,11 @@ _GATE_BLOCK_D = 1024
 
 
 @triton.jit
+def _add(a, b):  # combine function of the row sums (see module docstring)
+    return a + b
+
+
+@triton.jit
 def _ln_scale_shift_kernel(  # type: ignore[no-untyped-def]
     x_ptr, scale_ptr, shift_ptr, out_ptr, T, D, eps,
     sxb, sxt, sxd, ssb, sst, ssd, shb, sht, shd,
@@ -42,27 +50,27 @@ def _ln_scale_shift_kernel(  # type: ignore[no-untyped-def]
         offs = tl.arange(0, BLOCK_D)
         mask = offs < D
         x = tl.load(x_row + offs * sxd, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / D
+        mean = tl.reduce(x, 0, _add) / D
         diff = tl.where(mask, x - mean, 0.0)
-        rstd = tl.rsqrt(tl.sum(diff * diff, axis=0) / D + eps)
+        rstd = tl.rsqrt(tl.reduce(diff * diff, 0, _add) / D + eps)
         sc = tl.load(sc_row + offs * ssd, mask=mask, other=0.0).to(tl.float32)
         sh = tl.load(sh_row + offs * shd, mask=mask, other=0.0).to(tl.float32)
         y = diff * rstd * (1.0 + sc) + sh
         tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+        acc = tl.full([BLOCK_D], 0.0, dtype=tl.float32)
         for start in range(0, D, BLOCK_D):
             offs = start + tl.arange(0, BLOCK_D)
             acc += tl.load(x_row + offs * sxd, mask=offs < D, other=0.0).to(tl.float32)
-        mean = tl.sum(acc, axis=0) / D
-        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+        mean = tl.reduce(acc, 0, _add) / D
+        acc = tl.full([BLOCK_D], 0.0, dtype=tl.float32)
         for start in range(0, D, BLOCK_D):
             offs = start + tl.arange(0, BLOCK_D)
             mask = offs < D
             x = tl.load(x_row + offs * sxd, mask=mask, other=0.0).to(tl.float32)
             diff = tl.where(mask, x - mean, 0.0)
             acc += diff * diff
-        rstd = tl.rsqrt(tl.sum(acc, axis=0) / D + eps)
+        rstd = tl.rsqrt(tl.reduce(acc, 0, _add) / D + eps)
         for start in range(0, D, BLOCK_D):
             offs = start + tl.arange(0, BLOCK_D)
             mask = offs < D

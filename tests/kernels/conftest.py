@@ -2,7 +2,8 @@
 
 TRITON_INTERPRET must be set before the kernel modules decorate their kernels; those modules
 are imported lazily on the first Triton call, so setting it here (at collection, in every
-xdist worker) is early enough. With a GPU the kernels run natively on CUDA tensors instead.
+xdist worker) is early enough, even if another test imported triton itself before (see
+test_interpreter_import_order.py). With a GPU the kernels run natively on CUDA tensors instead.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 fuzz: $(STAMP)
-	FLEXTENSOR_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/test_profile_fuzz.py -p no:cacheprovider
+	FLEXTENSOR_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/format/test_profile_fuzz.py -p no:cacheprovider
 
 golden: $(STAMP)
 	$(BIN)/python -m profiles.regenerate

@@ -1,0 +1,1 @@
+"""Benchmarks: one package per area, each runnable as `python -m bench.<area>`."""

@@ -171,9 +171,9 @@ def test_an_odd_cycle_of_streaming_traps_is_scheduled(assignment: str) -> None:
 
 
 def test_activation_reserve_counts_against_the_budget() -> None:
-    from tests.solve.instances import uniform_stats
+    from tests.solve.instances import device, uniform_stats
 
-    stats = uniform_stats(12)
+    stats = replace(uniform_stats(12), device=device(1e5))  # copies dominate: streaming costs
     budget = int(0.6 * total_bytes(stats))
     reserve = budget // 5
     profile = plan_profile(stats, PlanConfig(budget_bytes=budget, activation_reserve_bytes=reserve))

@@ -2,7 +2,8 @@
 
 Owns: packing each trap's streamed tensors into its transfer region (in name order, each at an
 `ALIGN_BYTES`-aligned offset, tied aliases at their canonical's offset), the tensor entries,
-blocks, schedule and `predicted` section (from the simulator), and the model fingerprint.
+blocks, schedule and `predicted` section (from the simulator), the model fingerprint, and the
+`solver` extension section (the strategy that won, and why each pinned tensor stayed resident).
 Must not know: how the plan was searched, msgpack, files, torch.
 """
 
@@ -25,7 +26,9 @@ from flextensor_runtime.profile import (
     fingerprint,
 )
 
-__all__ = ["emit_profile"]
+__all__ = ["SOLVER_SECTION", "emit_profile"]
+
+SOLVER_SECTION = "solver"  # extension section: the winning strategy and why tensors were pinned
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -94,4 +97,5 @@ def emit_profile(stats: Stats, config: PlanConfig, problem: Problem, plan: Plan,
         schedule=schedule,
         predicted=predicted,
         untrapped=untrapped,
+        extensions={SOLVER_SECTION: {"strategy": plan.strategy, "pinned": dict(problem.pinned)}},
     )

@@ -2,7 +2,8 @@
 
 Owns: per tensor its trap, placement, transfer window (the compute between the copy's issue
 and its reader, or for a resident tensor the compute of the trap before its own), its copy time
-under the device's bandwidth model, and a one-line reason; the budget left; and per block the
+under the device's bandwidth model, and a one-line reason (the solver's own reason for a pinned tensor, from the profile's
+`solver` section, when present); the budget left; and per block the
 transfers it carries in order. All of it as plain data (`explanation_json` for `--json`).
 Must not know: the CLI, rendering, how the plan was searched.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from flextensor_compile.emit import SOLVER_SECTION
 from flextensor_compile.solve.problem import TINY_RATIO
 from flextensor_compile.timeline import bandwidth_of
 from flextensor_runtime.profile import Profile, TensorEntry, Transfer
@@ -58,6 +60,9 @@ def _window_ms(profile: Profile, t: Transfer | None, order: int) -> float:
 def _resident_reason(profile: Profile, e: TensorEntry, order: int, owner: dict[str, int],
                      window: float, copy: float) -> str:  # fmt: skip
     trap = profile.traps[order] if order >= 0 else None
+    pinned = _solver_section(profile).get("pinned", {})
+    if isinstance(pinned, dict) and isinstance(pinned.get(e.tie or e.name), str):
+        return f"kept resident: {pinned[e.tie or e.name]}"
     if trap is None:
         return "untrapped: no trap reads it, so it cannot be streamed"
     if e.tie is not None and owner.get(e.tie) != order:
@@ -72,6 +77,11 @@ def _resident_reason(profile: Profile, e: TensorEntry, order: int, owner: dict[s
         return f"latency mode: its copy ({copy:.3f} ms) does not fit the window ({window:.3f} ms)"
     left = budget - profile.predicted.peak_bytes
     return f"the budget holds without streaming it ({left} bytes left); resident avoids a copy"
+
+
+def _solver_section(profile: Profile) -> dict[str, Any]:
+    section = profile.extensions.get(SOLVER_SECTION)
+    return section if isinstance(section, dict) else {}
 
 
 def explain_profile(profile: Profile) -> Explanation:
@@ -94,8 +104,9 @@ def explain_profile(profile: Profile) -> Explanation:
         rows.append(TensorWhy(e.name, "", e.placement, e.bytes, 0.0, bw.copy_ms(e.bytes),
                               _resident_reason(profile, e, -1, owner, 0.0, 0.0)))  # fmt: skip
     budget = profile.config.budget_bytes
+    chosen = _solver_section(profile).get("strategy")
     return Explanation(
-        strategy=profile.config.strategy,
+        strategy=chosen if isinstance(chosen, str) else profile.config.strategy,
         budget_bytes=budget,
         peak_bytes=profile.predicted.peak_bytes,
         budget_left_bytes=None if budget is None else budget - profile.predicted.peak_bytes,

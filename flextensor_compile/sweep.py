@@ -12,7 +12,9 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from flextensor_compile.emit import SOLVER_SECTION
 from flextensor_compile.planning import solve_stats
+from flextensor_compile.solve.problem import NOT_OFFLOADABLE
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_compile.timeline import import_pyplot
 from flextensor_runtime.errors import BudgetError, ConfigError
@@ -58,16 +60,25 @@ def parse_fractions(spec: str) -> tuple[float, ...]:
     return values
 
 
-def _tensor(e: TensorEntry) -> TensorStat:
-    return TensorStat(e.name, e.bytes, e.dtype, e.shape, e.stride, e.kind, e.tie)
-
-
 def stats_from_profile(profile: Profile) -> Stats:
-    """The measurements a profile was compiled from (placements dropped)."""
-    traps = tuple(TrapStat(t.name, t.compute_ms, tuple(_tensor(e) for e in t.tensors), t.kind,
+    """The measurements a profile was compiled from (placements dropped; tensors the solver
+    recorded as not offloadable stay so)."""
+    section = profile.extensions.get(SOLVER_SECTION)
+    pinned = section.get("pinned", {}) if isinstance(section, dict) else {}
+    fixed = (
+        {n for n, why in pinned.items() if why == NOT_OFFLOADABLE}
+        if isinstance(pinned, dict)
+        else set()
+    )
+
+    def tensor(e: TensorEntry) -> TensorStat:
+        return TensorStat(e.name, e.bytes, e.dtype, e.shape, e.stride, e.kind, e.tie,
+                          offloadable=e.name not in fixed)  # fmt: skip
+
+    traps = tuple(TrapStat(t.name, t.compute_ms, tuple(tensor(e) for e in t.tensors), t.kind,
                            t.calls) for t in profile.traps)  # fmt: skip
     return Stats(profile.meta.command or "profile", profile.device, traps,
-                 tuple(_tensor(e) for e in profile.untrapped), profile.meta.timing_source)  # fmt: skip
+                 tuple(tensor(e) for e in profile.untrapped), profile.meta.timing_source)  # fmt: skip
 
 
 def weight_bytes(stats: Stats) -> int:

@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 
 from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
-from bench.plan_quality.peer import PeerResult, judge, peer_document, run_peer
+from bench.plan_quality.peer import PeerResult, cached_peer, judge, peer_document
 from flextensor_compile.solve import Plan, problem_from_stats, solve
 from flextensor_runtime.profile import PlanConfig
 
@@ -87,11 +87,14 @@ def main() -> None:
     ap.add_argument("--peer-python", help="interpreter with flextensor==0.5.0 installed")
     ap.add_argument("--instances", nargs="*", default=list(INSTANCES))
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--peer-cache", help="reuse/keep FlexTensor's answers in this JSON file "
+                    "(keyed by a hash of the instances)")  # fmt: skip
     args = ap.parse_args()
     cases = list(_cases(args.instances, FRACTIONS))
     answers: list[dict | None] = [None] * len(cases)
     if args.peer_python:
-        answers = list(run_peer(args.peer_python, [peer_document(c[3], c[4]) for c in cases]))
+        docs = [peer_document(c[3], c[4]) for c in cases]
+        answers = list(cached_peer(args.peer_python, docs, args.peer_cache))
     else:
         print("FlexTensor 0.5 not run: pass --peer-python (make bench-plan-quality does)")
     print(HEADER)

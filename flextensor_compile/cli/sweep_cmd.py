@@ -46,6 +46,7 @@ def sweep(
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from dataclasses import replace
 
+    from rich import box
     from rich.table import Table
 
     from flextensor_compile.cli.render import out_console, print_json
@@ -62,18 +63,21 @@ def sweep(
     if as_json:
         print_json([asdict(p) for p in points])
         return
-    table = Table(title="predicted iteration against the budget (fraction of weight bytes)",
-                  title_justify="left", header_style="bold")  # fmt: skip
-    for col in ("fraction", "budget", "of device", "makespan ms", "stall ms", "streamed", "peak",
-                "strategy"):  # fmt: skip
-        table.add_column(col, justify="left" if col == "strategy" else "right")
+    table = Table(title="predicted iteration per budget (frac = fraction of the weight bytes)",
+                  title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), pad_edge=False)  # fmt: skip
+    widths = {"frac": 5, "budget": 9, "makespan ms": 11, "stall ms": 9, "streamed": 9,
+              "peak": 9}  # fmt: skip
+    for col, width in widths.items():
+        table.add_column(col, justify="right", no_wrap=True, min_width=width)
+    table.add_column("strategy", no_wrap=True, overflow="ellipsis")
     for p in points:
         if p.makespan_ms is None:
-            table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes),
-                          f"{p.mem_fraction:.1%}", "-", "-", "-", "-", "does not fit")  # fmt: skip
+            table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), "-", "-", "-", "-",
+                          "does not fit")  # fmt: skip
             continue
-        table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.mem_fraction:.1%}",
-                      f"{p.makespan_ms:.3f}", f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
+        table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.makespan_ms:.3f}",
+                      f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
                       format_bytes(p.peak_bytes), p.strategy or "-")  # fmt: skip
     console = out_console()
     console.print(table)

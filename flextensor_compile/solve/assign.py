@@ -80,22 +80,23 @@ def _least_growth(
     used_at = [-1] * k  # transfer index that last used the block (for LRU tie-breaks)
     out = []
     for j, (t, s) in enumerate(zip(traps, sizes, strict=True)):
-        best = None
+        best, best_key = -1, (0, 0)
         for b in range(k):
-            if last_user[b] >= 0 and (t - last_user[b] < 2 or (first_user[b] - t) % n_traps < 2):
+            last = last_user[b]
+            if last >= 0 and (t - last < 2 or (first_user[b] - t) % n_traps < 2):
                 continue
-            key = (max(0, s - size[b]), used_at[b], b)
-            if best is None or key < best[0]:
-                best = (key, b)
-        if best is None:
+            grow = s - size[b] if s > size[b] else 0
+            if best < 0 or (grow, used_at[b]) < best_key:
+                best, best_key = b, (grow, used_at[b])
+        if best < 0:
             return None
-        b = best[1]
-        size[b] = max(size[b], s)
-        if first_user[b] < 0:
-            first_user[b] = t
-        last_user[b] = t
-        used_at[b] = j
-        out.append(b)
+        if s > size[best]:
+            size[best] = s
+        if first_user[best] < 0:
+            first_user[best] = t
+        last_user[best] = t
+        used_at[best] = j
+        out.append(best)
     return _compact(out)
 
 
@@ -127,18 +128,26 @@ def _compact(blocks: list[int]) -> tuple[int, ...]:
 def _schedule(
     traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, blocks: tuple[int, ...]
 ) -> Assignment | None:
-    by_block: dict[int, list[int]] = {}
-    for j, b in enumerate(blocks):
-        by_block.setdefault(b, []).append(j)
+    count = max(blocks) + 1
+    last_user = [-1] * count  # per block: transfer index of its latest user so far
+    first_user = [-1] * count
+    block_bytes = [0] * count
     issue = [0] * len(traps)
-    for users in by_block.values():
-        for pos, j in enumerate(users):
-            prev = traps[users[pos - 1]]  # cyclic: the first user's predecessor is the last
-            gap = (traps[j] - prev) % n_traps or n_traps
-            if gap < 2:
-                return None
-            issue[j] = (prev + 1) % n_traps
-    block_bytes = [0] * (max(blocks) + 1)
     for j, b in enumerate(blocks):
-        block_bytes[b] = max(block_bytes[b], sizes[j])
+        prev = last_user[b]
+        if prev >= 0:
+            if traps[j] - traps[prev] < 2:
+                return None
+            issue[j] = traps[prev] + 1
+        else:
+            first_user[b] = j
+        last_user[b] = j
+        if sizes[j] > block_bytes[b]:
+            block_bytes[b] = sizes[j]
+    for b in range(count):  # cyclic: a block's first user follows its last user
+        first, last = first_user[b], last_user[b]
+        gap = (traps[first] - traps[last]) % n_traps or n_traps
+        if gap < 2:
+            return None
+        issue[first] = (traps[last] + 1) % n_traps
     return Assignment(blocks, tuple(issue), tuple(traps), tuple(block_bytes))

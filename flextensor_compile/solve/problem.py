@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 ALIGN_BYTES = 256  # every streamed tensor starts at a multiple of this inside its block
+NOT_OFFLOADABLE = "marked not offloadable"  # the pin reason of `offloadable=False` tensors
 TINY_RATIO = 64  # a tensor under 1/64 of its trap's largest stays resident (not worth a copy)
 
 
@@ -96,7 +97,7 @@ def _pin_reasons(stats: Stats) -> dict[str, str]:
             if trap.calls > 1:
                 reasons.setdefault(canon, f"its trap runs {trap.calls} times per iteration")
             if not t.offloadable:
-                reasons.setdefault(canon, "marked not offloadable")
+                reasons.setdefault(canon, NOT_OFFLOADABLE)
             if t.tie is not None and owner.get(t.tie) != order:
                 reasons.setdefault(canon, "tied to a tensor of another trap")
     if len(stats.traps) < 2:

@@ -20,7 +20,8 @@ def _tied_stats() -> Stats:
     traps = [TrapStat("embed", 0.5, (tensor("embed.w", 4000),))]
     traps += [TrapStat(f"l{i}", 2.0, (tensor(f"l{i}.a", 3000), tensor(f"l{i}.b", 3000)))
               for i in range(6)]  # fmt: skip
-    traps.append(TrapStat("head", 0.5, (tensor("head.w", 4000, tie="embed.w"),)))
+    traps.append(TrapStat("head", 0.5, (tensor("head.w", 4000, tie="embed.w"),
+                                        tensor("head.b", 2000, offloadable=False))))  # fmt: skip
     return Stats("tied", device(2e6), tuple(traps))
 
 
@@ -37,6 +38,9 @@ def test_explain_covers_every_tensor_and_block() -> None:
     assert streamed and all("block" in t.reason for t in streamed)
     tied = next(t for t in expl.tensors if t.name == "head.w")
     assert tied.placement == "resident" and "another trap" in tied.reason
+    pinned = next(t for t in expl.tensors if t.name == "head.b")
+    assert pinned.placement == "resident" and "not offloadable" in pinned.reason
+    assert expl.strategy == profile.extensions["solver"]["strategy"] != "adaptive"
     listed = sorted(x[0] for row in expl.blocks for x in row.transfers)
     assert listed == sorted(t.trap for t in profile.schedule)
     assert expl.budget_left_bytes == profile.config.budget_bytes - profile.predicted.peak_bytes

@@ -168,3 +168,17 @@ def test_an_odd_cycle_of_streaming_traps_is_scheduled(assignment: str) -> None:
     profile = plan_profile(stats, PlanConfig(assignment=assignment))
     check_profile(profile)
     assert len(profile.schedule) == 7 and profile.predicted.stall_ms == 0
+
+
+def test_activation_reserve_counts_against_the_budget() -> None:
+    from tests.solve.instances import device, uniform_stats
+
+    stats = replace(uniform_stats(12), device=device(1e5))  # copies dominate: streaming costs
+    budget = int(0.6 * total_bytes(stats))
+    reserve = budget // 5
+    profile = plan_profile(stats, PlanConfig(budget_bytes=budget, activation_reserve_bytes=reserve))
+    p = profile.predicted
+    assert p.peak_bytes == p.resident_bytes + sum(b.bytes for b in profile.blocks) + reserve
+    assert p.peak_bytes <= budget
+    without = plan_profile(stats, PlanConfig(budget_bytes=budget))
+    assert p.streamed_bytes > without.predicted.streamed_bytes  # the reserve forces more streaming

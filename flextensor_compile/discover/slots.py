@@ -77,9 +77,14 @@ def _insert_order(order: list[str], seq: list[str]) -> None:
         prev = name
 
 
-def _gaps(tokens: list[str | None]) -> set[str]:
-    """tokens: trap names in call order, None for 'compute ran outside traps'."""
+def _gaps(tokens: list[str | None]) -> tuple[set[str], set[str]]:
+    """tokens: trap names in call order, None for 'compute ran outside traps'.
+
+    Returns the gap slots, and the traps with outside compute between two of their own calls
+    (a gap only if those calls turn out not to be back to back in every iteration).
+    """
     gaps: set[str] = set()
+    between_own_calls: set[str] = set()
     prev: str | None = None
     saw_op = False
     for tok in tokens:
@@ -88,10 +93,12 @@ def _gaps(tokens: list[str | None]) -> set[str]:
             continue
         if saw_op and tok != prev:
             gaps.add(gap_name(prev))
+        elif saw_op:
+            between_own_calls.add(tok)
         prev, saw_op = tok, False
     if saw_op:
         gaps.add(gap_name(prev))
-    return gaps
+    return gaps, between_own_calls
 
 
 def plan_slots(events: list[Event], manual: set[str]) -> SlotPlan:
@@ -102,11 +109,14 @@ def plan_slots(events: list[Event], manual: set[str]) -> SlotPlan:
     present: dict[str, int] = defaultdict(int)
     broken: set[str] = set()
     gaps: set[str] = set()
+    between_own_calls: set[str] = set()
     for it in iterations:
         tokens = [e.name if e.kind == "enter" else None for e in it if e.kind in ("enter", "op")]
         seq = [t for t in tokens if t is not None]
         _insert_order(order, seq)
-        gaps |= _gaps(tokens)
+        found, own = _gaps(tokens)
+        gaps |= found
+        between_own_calls |= own
         counts: dict[str, int] = defaultdict(int)
         for i, name in enumerate(seq):
             counts[name] += 1
@@ -115,6 +125,7 @@ def plan_slots(events: list[Event], manual: set[str]) -> SlotPlan:
         for name, n in counts.items():
             calls[name] = max(calls[name], n)
             present[name] += 1
+    gaps |= {gap_name(t) for t in between_own_calls & broken}
     full: list[str] = [gap_name(None)] if gap_name(None) in gaps else []
     kinds = {g: "gap" for g in gaps}
     for name in order:

@@ -167,8 +167,8 @@ def discover(
 def _explain_meta(exc: ModelFileError) -> ModelFileError:
     return ModelFileError(
         f"{str(exc).removesuffix('; fix example_inputs() or run()')}; on the meta device the "
-        "workload must not read tensor values (e.g. generate() does): let run() make one plain "
-        "forward"
+        "workload must not read tensor values (no generate(), no .item(): let run() make one "
+        "plain forward) and the model must use dtypes its kernels accept (e.g. bfloat16)"
     )
 
 

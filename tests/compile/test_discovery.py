@@ -162,3 +162,12 @@ def test_workload_that_never_calls_the_root_forward_is_one_iteration():
     d = _discover(model, models.stack_inputs(), run=lambda m, inputs: m.encode(*inputs))
     assert d.whole_run and d.plan.iterations == 1 and model.forwards == 0
     assert d.plan.order == ("gap:start", "layers.0", "layers.1", "layers.2")
+
+
+def test_weights_tied_by_storage_not_identity():
+    model = models.Stack()
+    model.head.weight = torch.nn.Parameter(model.embed.weight.data)  # same bytes, new object
+    d = _discover(model, models.stack_inputs(), include=("embed", "head", "layers.*"))
+    head = _tensors(d, "head")["head.weight"]
+    assert head.tie == "embed.weight" and not head.offloadable
+    assert not _tensors(d, "embed")["embed.weight"].offloadable

@@ -107,8 +107,8 @@ class _WrapPlan:
 def _wrap_children(
     model: nn.Module, plan: _WrapPlan, prefix: str, total: int, memo: dict[int, nn.Module]
 ) -> int:
-    for child_name, child in list(model.named_children()):
-        if isinstance(child, AutoTorchModule):
+    for child_name, child in list(model._modules.items()):
+        if child is None or isinstance(child, AutoTorchModule):
             continue
         name = f"{prefix}.{child_name}" if prefix else child_name
         if id(child) in memo:  # the same module reached twice: share its wrapper

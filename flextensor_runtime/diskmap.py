@@ -147,7 +147,9 @@ class DiskMap(Mapping[str, torch.Tensor]):
         if dtype is None or not stored.is_floating_point():
             dtype = stored.dtype
         target = torch.device(device) if device is not None else self.device
-        out = stored.to(device=target, dtype=dtype)
+        # always a copy into owned, aligned memory: a view of the mapping would pin its pages
+        # and unaligned operands change the CPU GEMM kernels (results no longer bit-exact)
+        out = stored.to(device=target, dtype=dtype, copy=True)
         self.materialized_elements += out.numel()
         return out
 
@@ -188,7 +190,7 @@ class _TorchFile:
         return list(self._tensors)
 
     def get_tensor(self, name: str) -> torch.Tensor:
-        return self._tensors[name].clone()  # own memory, not a view of the mapped file
+        return self._tensors[name]
 
 
 def _open_file(file: Path) -> Any:

@@ -105,7 +105,7 @@ def test_errors_name_the_value_and_the_fix(single, tmp_path) -> None:
 def test_disk_offloaded_forwards_keep_host_rss_flat(tmp_path) -> None:
     torch.manual_seed(7)
     model = nn.Sequential(
-        *[nn.Sequential(nn.Linear(256, 256), nn.LayerNorm(256)) for _ in range(8)]
+        *[nn.Sequential(nn.Linear(256, 256), nn.LayerNorm(256)) for _ in range(4)]
     )
     model.eval()
     save_file(

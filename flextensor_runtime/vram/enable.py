@@ -9,7 +9,7 @@ Must not know: what the wrappers do inside, profile files.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,10 @@ def fill_vram_config(model: nn.Module, vram_config: Mapping[str, Any]) -> dict[s
     return filled
 
 
+# (module name, checkpoint keys of the tensors its wrapper will manage) -> config or None
+ConfigFor = Callable[[str, frozenset[str]], Mapping[str, Any] | None]
+
+
 @dataclass(frozen=True)
 class _WrapPlan:
     module_map: Mapping[Any, Any]
@@ -89,14 +93,20 @@ class _WrapPlan:
     vram_limit: float | None
     disk_map: Any
     options: Mapping[str, Any]
+    config_for: ConfigFor | None = None
 
     def wrap(self, module: nn.Module, wrapper: Any, name: str, total: int) -> tuple[Any, int]:
         direct_only = issubclass(wrapper, AutoWrappedNonRecurseModule)
-        numel = sum(p.numel() for p in managed_parameters(module, not direct_only).values())
+        params = managed_parameters(module, not direct_only)
+        numel = sum(p.numel() for p in params.values())
         config = self.vram_config
         if self.max_num_param is not None and total + numel > self.max_num_param:
             assert self.overflow_vram_config is not None
             config = self.overflow_vram_config
+        if self.config_for is not None:
+            keys = frozenset(f"{name}.{n}" if name else n for n in params)
+            override = self.config_for(name, keys)
+            config = config if override is None else _check_config(override, "vram_config_for")
         wrapped = wrapper(
             module, **config, vram_limit=self.vram_limit, name=name, disk_map=self.disk_map,
             **self.options,
@@ -145,7 +155,11 @@ def _make_plan(
                 "for modules past the limit"
             )
         overflow = _check_config(overflow_vram_config, "overflow_vram_config")
-    return _WrapPlan(module_map, config, overflow, max_num_param, vram_limit, disk_map, options)
+    options = dict(options)
+    config_for = options.pop("vram_config_for", None)
+    return _WrapPlan(
+        module_map, config, overflow, max_num_param, vram_limit, disk_map, options, config_for
+    )
 
 
 def enable_vram_management_recursively(
@@ -183,7 +197,9 @@ def enable_vram_management(
     If the root's class is in `module_map` the root is wrapped whole (see `fill_vram_config`)
     and the wrapper is returned; otherwise matching descendants are replaced in place. The
     returned model has `vram_management_enabled = True`; a second call raises
-    `VramManagementError`.
+    `VramManagementError`. Other keyword options go to every wrapper (`memory_reader`,
+    `fp8_backend`), except `vram_config_for`: a callable (module name, checkpoint keys of the
+    tensors its wrapper manages) -> a placement config for that module, or None for the default.
     """
     if getattr(model, "vram_management_enabled", False):
         raise VramManagementError(
@@ -197,7 +213,7 @@ def enable_vram_management(
     if wrapper is not None:
         root_plan = _WrapPlan(
             module_map, fill_vram_config(model, plan.vram_config), None, None, vram_limit,
-            disk_map, kwargs,
+            disk_map, plan.options, plan.config_for,
         )  # fmt: skip
         model, _ = root_plan.wrap(model, wrapper, "", 0)
         if isinstance(model, AutoWrappedNonRecurseModule):

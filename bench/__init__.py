@@ -1,0 +1,1 @@
+"""CPU benchmarks of flextensor (run with `make bench`)."""

@@ -228,3 +228,45 @@ def test_lora_shape_errors(linear) -> None:
         wrapped.add_lora(torch.randn(2, 11), torch.randn(7, 2))
     with pytest.raises(ConfigError, match="rank mismatch"):
         wrapped.add_lora(torch.randn(2, 12), torch.randn(7, 3))
+
+
+def test_fp8_max_of_e4m3fnuz_is_half_of_e4m3fn() -> None:
+    from flextensor_runtime.vram.fp8 import fp8_max
+
+    assert fp8_max(torch.float8_e4m3fn) == 448.0
+    assert fp8_max(torch.float8_e4m3fnuz) == 240.0  # about half: baked into the scales
+
+
+def test_preparing_materializes_only_when_leaving_disk(tiny_net, tiny_checkpoint) -> None:
+    wrapped = AutoWrappedLinear(
+        copy.deepcopy(tiny_net.proj_in), offload_device="disk", onload_device="disk",
+        preparing_dtype=torch.float16, name="proj_in", disk_map=DiskMap(tiny_checkpoint, "cpu"),
+        **CPU32,
+    )  # fmt: skip
+    wrapped.onload()
+    assert wrapped.weight.device.type == "meta"
+    wrapped.preparing()
+    assert wrapped.weight.dtype == torch.float16 and wrapped.state == 1
+    expected = tiny_net.proj_in.weight.detach().to(torch.float16)
+    assert torch.equal(wrapped.weight, expected)
+
+
+@pytest.mark.cuda
+def test_cuda_offload_promotion_and_fp8(linear) -> None:
+    x = torch.randn(4, 12, device="cuda")
+    expected = nn.functional.linear(x, linear.weight.cuda(), linear.bias.cuda())
+    wrapped = AutoWrappedLinear(
+        copy.deepcopy(linear), offload_device="cpu", computation_dtype=torch.float32,
+        computation_device="cuda", vram_limit=1024.0,
+    )  # fmt: skip
+    wrapped.onload()
+    assert wrapped.weight.device.type == "cuda"  # onload defaults to computation
+    wrapped.offload()
+    torch.testing.assert_close(wrapped(x), expected)
+    assert wrapped.state == 2 and wrapped.weight.device.type == "cuda"  # promoted under the limit
+    fp8 = AutoWrappedLinear(
+        copy.deepcopy(linear), offload_device="cpu", computation_dtype=torch.float8_e4m3fn,
+        computation_device="cuda",
+    )  # fmt: skip
+    out = fp8(x)
+    assert (out - expected).abs().max() <= 0.1 * expected.abs().max()

@@ -140,3 +140,62 @@ def test_non_recurse_manages_direct_parameters_only(tiny_checkpoint, tiny_net) -
     assert outer.module.gain.dtype == torch.bfloat16  # restored after the call
     assert outer.computation() is outer.module and outer.state == 2
     assert not torch.equal(expected, bf16)  # the bf16 offload really changed precision
+
+
+def test_module_onload_skips_disk_and_preparing_materializes(tiny_net, tiny_checkpoint) -> None:
+    wrapped = AutoWrappedModule(
+        copy.deepcopy(tiny_net), disk_map=DiskMap(tiny_checkpoint, "cpu"),
+        preparing_dtype=torch.bfloat16, **DISK,
+    )  # fmt: skip
+    wrapped.onload()
+    assert wrapped.state == 1 and wrapped.module.proj_in.weight.device.type == "meta"
+    wrapped.preparing()
+    assert wrapped.module.proj_in.weight.dtype == torch.bfloat16
+    wrapped.keep()  # moves from where the weights are now (bfloat16), not from disk
+    rounded = tiny_net.proj_in.weight.detach().to(torch.bfloat16).float()
+    assert torch.equal(wrapped.module.proj_in.weight, rounded)
+
+
+class Gain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.gain = nn.Parameter(torch.linspace(0.5, 2.0, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) * self.gain
+
+
+def test_non_recurse_disk_materializes_direct_parameters_in_place(tmp_path) -> None:
+    from safetensors.torch import save_file
+
+    torch.manual_seed(10)
+    model = nn.Sequential(Gain())
+    path = tmp_path / "gain.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    x = torch.randn(2, 4)
+    expected = model(x)
+    disk_map = DiskMap(path, "cpu")
+    wrapped = enable_vram_management(
+        copy.deepcopy(model), {Gain: AutoWrappedNonRecurseModule, nn.Linear: AutoWrappedLinear},
+        DISK, disk_map=disk_map,
+    )  # fmt: skip
+    outer = wrapped[0]
+    assert (
+        outer.module.gain.device.type == "meta" and outer.module.inner.weight.device.type == "meta"
+    )
+    assert torch.equal(wrapped(x), expected)
+    assert outer.module.gain.device.type == "meta"
+    outer.load_from_disk(torch.float32, "cpu")  # direct parameters only
+    assert (
+        outer.module.gain.device.type == "cpu" and outer.module.inner.weight.device.type == "meta"
+    )
+    outer.offload_to_disk(outer.module)
+    assert outer.module.gain.device.type == "meta"
+    assert isinstance(outer.module.inner, AutoWrappedLinear)  # the child was left alone
+
+
+def test_default_memory_reader_reads_zero_on_cpu() -> None:
+    from flextensor_runtime.vram.placement import TorchMemoryReader
+
+    assert TorchMemoryReader().used_bytes(torch.device("cpu")) == 0

@@ -165,6 +165,12 @@ class DiskMap(Mapping[str, torch.Tensor]):
     def __len__(self) -> int:
         return len(self._sources)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> DiskMap:
+        return self  # read-only and holding open files: copies of a model share it
+
+    def __copy__(self) -> DiskMap:
+        return self
+
     def __repr__(self) -> str:
         return f"DiskMap({self.path!r}, device={str(self.device)!r}, tensors={len(self)})"
 

@@ -167,8 +167,15 @@ class AutoTorchModule(nn.Module):
             new = {n: torch.empty_like(p, device="meta") for n, p in self._managed().items()}
         else:
             new = self._materialize(target)
+        if self._pin_host(target):
+            new = {n: t.pin_memory() for n, t in new.items()}
         replace_parameters(self._managed_root(), new, self._recurse_params)
         self.stored = target
+
+    def _pin_host(self, target: Placement) -> bool:
+        """Host placements are pinned when computing on CUDA, so per-call copies are async."""
+        computes_on_cuda = self.stages.computation.device.startswith("cuda")
+        return target.device == "cpu" and computes_on_cuda and torch.cuda.is_available()
 
     def compute_tensors(self) -> dict[str, torch.Tensor]:
         """Managed tensors at computation placement: the stored ones when already there,

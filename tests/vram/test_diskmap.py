@@ -132,3 +132,17 @@ def test_disk_offloaded_forwards_keep_host_rss_flat(tmp_path) -> None:
     assert disk_map.reopen_count > 0
     # a leak of one layer's weights per forward would add 26 MB; allow allocator noise only
     assert grown < 16 * 2**20, f"host RSS grew by {grown} bytes over 100 forwards"
+
+
+def test_copies_of_a_model_share_the_disk_map(tiny_net, tiny_checkpoint) -> None:
+    disk_map = DiskMap(tiny_checkpoint, "cpu")
+    disk_map["proj_in.weight"]  # files are open now
+    wrapped = enable_vram_management(
+        copy.deepcopy(tiny_net), {nn.Linear: AutoWrappedLinear},
+        dict(offload_device="disk", computation_dtype=torch.float32, computation_device="cpu"),
+        disk_map=disk_map,
+    )  # fmt: skip
+    twin = copy.deepcopy(wrapped)
+    assert twin.proj_in.disk_map is disk_map and copy.copy(disk_map) is disk_map
+    x = torch.randn(2, 8)
+    assert torch.equal(twin(x), tiny_net(x))

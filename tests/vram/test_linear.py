@@ -262,6 +262,7 @@ def test_cuda_offload_promotion_and_fp8(linear) -> None:
     wrapped.onload()
     assert wrapped.weight.device.type == "cuda"  # onload defaults to computation
     wrapped.offload()
+    assert wrapped.weight.is_pinned()  # host placement pinned: per-call copies are async
     torch.testing.assert_close(wrapped(x), expected)
     assert wrapped.state == 2 and wrapped.weight.device.type == "cuda"  # promoted under the limit
     fp8 = AutoWrappedLinear(

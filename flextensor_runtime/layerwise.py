@@ -21,6 +21,7 @@ from torch import nn
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.vram.copy_backend import CopyBackend, CudaCopyBackend
 from flextensor_runtime.vram.layer_window import LayerWindow, WindowCounters
+from flextensor_runtime.vram.tensor_slots import managed_parameters, replace_parameters
 
 __all__ = [
     "LayerwiseOffloadHandle",
@@ -152,7 +153,12 @@ def _find_layers(model: nn.Module, layer_container: str | None) -> list[nn.Modul
 
 
 def _move_resident(model: nn.Module, layers: list[nn.Module], device: torch.device) -> None:
-    """Everything outside the layer stack, and every buffer, lives on the device."""
+    """Everything outside the layer stack, and every buffer, lives on the device; the
+    layers' parameters come to the host (ties kept) to become masters."""
+    for layer in layers:
+        away = {n: nn.Parameter(p.detach().cpu(), requires_grad=p.requires_grad)
+                for n, p in managed_parameters(layer).items() if p.device.type != "cpu"}  # fmt: skip
+        replace_parameters(layer, away)
     layer_modules = {id(m) for layer in layers for m in layer.modules()}
     for module in model.modules():
         for key, buf in module._buffers.items():

@@ -71,13 +71,16 @@ def test_without_cuda_returns_a_disabled_handle_with_reason(stack) -> None:
 def test_cuda_offload_matches_and_is_effective(stack) -> None:
     x = torch.randn(2, 6)
     expected = stack(x)
-    model = copy.deepcopy(stack)
+    model = copy.deepcopy(stack).cuda()  # layers come back to pinned host masters
     assert not enable_layerwise_cpu_offload(copy.deepcopy(stack), device="cpu").enabled
-    handle = enable_layerwise_cpu_offload(model, device="cuda")
+    handle = enable_layerwise_cpu_offload(model, device="cuda", reuse_buffers=True)
     with torch.no_grad():
         out = model(x.cuda())
     torch.testing.assert_close(out.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
     assert handle.report().effective and model.layers[0].lin.weight.is_pinned()
+    assert (
+        model.embed.weight.device.type == "cuda" and model.layers[0].lin.weight.device.type == "cpu"
+    )
 
 
 @torch.no_grad()

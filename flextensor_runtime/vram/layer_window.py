@@ -113,7 +113,9 @@ class LayerWindow:
                 sizes[dtype] = max(sizes.get(dtype, 0), flat.numel())
         for slot in self._slot_devices:
             for dtype, numel in sizes.items():
-                slot[dtype] = self.backend.empty_like(torch.empty(numel, dtype=dtype))
+                slot[dtype] = self.backend.empty_like(
+                    torch.empty(numel, dtype=dtype, device="meta")
+                )
 
     # -- the window -----------------------------------------------------------------------
     def prefetch(self, index: int) -> None:

@@ -121,6 +121,10 @@ class AutoTorchModule(nn.Module):
         used = self.memory_reader.used_bytes(device)
         return used + required_bytes < limit_bytes(self.vram_limit)
 
+    def holds(self, wanted: Placement) -> bool:
+        """Whether the stored parameters already are at `wanted` (a None dtype: any dtype)."""
+        return self.stored is not None and self.stored.satisfies(wanted)
+
     def param_name(self, name: str) -> str:
         """Return the fully qualified checkpoint key for a local parameter name."""
         return f"{self.name}.{name}" if self.name else name
@@ -161,7 +165,7 @@ class AutoTorchModule(nn.Module):
 
     def _move_stored(self, target: Placement) -> None:
         """Make `target` the placement of the stored parameters (no-op when already there)."""
-        if self.stored == target:
+        if self.holds(target):
             return
         if target.on_disk:
             new = {n: torch.empty_like(p, device="meta") for n, p in self._managed().items()}
@@ -180,7 +184,7 @@ class AutoTorchModule(nn.Module):
     def compute_tensors(self) -> dict[str, torch.Tensor]:
         """Managed tensors at computation placement: the stored ones when already there,
         otherwise a temporary copy (the stored placement and `state` do not change)."""
-        if self.stored == self.stages.computation:
+        if self.holds(self.stages.computation):
             return self._managed()
         return self._materialize(self.stages.computation)
 
@@ -208,8 +212,7 @@ class AutoTorchModule(nn.Module):
         """Second-stage prefetch: move to the preparing placement (materializing only when
         leaving disk); state 2 when that is the computation placement, else 1."""
         self._move_stored(self.stages.preparing)
-        at_compute = self.stored == self.stages.computation
-        self.state = STATE_KEPT if at_compute else STATE_ONLOADED
+        self.state = STATE_KEPT if self.holds(self.stages.computation) else STATE_ONLOADED
 
     def keep(self) -> None:
         """Keep managed parameters at computation placement and set state 2."""
@@ -220,7 +223,7 @@ class AutoTorchModule(nn.Module):
         """Promote to the preparing placement when `vram_limit` leaves room for it; otherwise
         stay where the weights are (the caller then computes from a temporary copy)."""
         target = self.stages.preparing
-        if self.stored in (target, self.stages.computation) or target.on_disk:
+        if self.holds(target) or self.holds(self.stages.computation) or target.on_disk:
             return
         if self.check_free_vram(self.stored_bytes_at(target)):
             self.preparing()

@@ -140,7 +140,7 @@ class AutoWrappedModule(AutoTorchModule):
 
         Reuses `self.module` when the placement already matches; otherwise a clone.
         """
-        if self.stored == self.stages.computation:
+        if self.holds(self.stages.computation):
             return self.module
         return self._clone_with(self.compute_tensors())
 
@@ -150,7 +150,7 @@ class AutoWrappedModule(AutoTorchModule):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Promote to preparing when VRAM headroom allows, then run at computation placement."""
         self.promote_if_room()
-        if self.stored == self.stages.computation:
+        if self.holds(self.stages.computation):
             return self.module(*args, **kwargs)
         with swapped_parameters(self.module, self.compute_tensors(), self._recurse_params):
             return self.module(*args, **kwargs)

@@ -40,6 +40,10 @@ class Placement:
     def on_disk(self) -> bool:
         return self.device == DISK
 
+    def satisfies(self, wanted: Placement) -> bool:
+        """Same device, and the same dtype unless `wanted` leaves the dtype open (None)."""
+        return self.device == wanted.device and wanted.dtype in (None, self.dtype)
+
     def torch_device(self) -> torch.device:
         assert not self.on_disk, "the disk tier has no torch device"
         return torch.device(self.device)
@@ -58,16 +62,17 @@ class StagePlacements:
 def _device_name(device: DeviceLike | None) -> str | None:
     if device is None:
         return None
-    if isinstance(device, torch.device):
-        return str(device)
     if device == DISK:
         return DISK
     try:
-        return str(torch.device(device))
+        resolved = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ConfigError(
             f"invalid device {device!r}: use 'cpu', 'cuda', 'cuda:N', 'meta' or 'disk'"
         ) from exc
+    if resolved.type == "cuda" and resolved.index is None and torch.cuda.is_available():
+        resolved = torch.device("cuda", torch.cuda.current_device())  # as parameters report it
+    return str(resolved)
 
 
 def resolve_stages(

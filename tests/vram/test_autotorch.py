@@ -97,3 +97,12 @@ def test_param_name_prefixes_the_module_name() -> None:
     assert module.param_name("weight") == "weight"
     module.name = "blocks.0.attn"
     assert module.param_name("weight") == "blocks.0.attn.weight"
+
+
+def test_open_dtype_placement_needs_no_copy() -> None:
+    layer = AutoWrappedLinear(nn.Linear(3, 2), computation_device="cpu")  # no dtypes given
+    assert layer.holds(layer.stages.computation)
+    assert layer.compute_tensors()["weight"] is layer.weight  # forward uses it directly
+    assert Placement(torch.float16, "cpu").satisfies(Placement(None, "cpu"))
+    assert not Placement(torch.float16, "cpu").satisfies(Placement(torch.float32, "cpu"))
+    assert not Placement(None, "cpu").satisfies(Placement(torch.float32, "cpu"))

@@ -127,3 +127,23 @@ def test_minilm_real_checkpoint_from_meta_and_disk_is_bit_exact() -> None:
     )  # fmt: skip
     out = wrapped(input_ids=ids, attention_mask=mask).last_hidden_state
     assert torch.equal(out, expected)
+
+
+@torch.no_grad()
+def test_minilm_layerwise_offload_on_the_cpu_backend_is_bit_exact() -> None:
+    transformers = pytest.importorskip("transformers")
+    from flextensor_runtime.layerwise import enable_layerwise_offload_on
+    from flextensor_runtime.vram.copy_backend import ThreadCopyBackend
+
+    model = transformers.BertModel.from_pretrained(
+        str(minilm_dir()), local_files_only=True, attn_implementation="eager"
+    ).eval()
+    ids = torch.tensor([[101, 2023, 2003, 1037, 6251, 102]])
+    expected = model(input_ids=ids).last_hidden_state
+    handle = enable_layerwise_offload_on(model, ThreadCopyBackend(), reuse_buffers=True)
+    assert handle.layer_count == 6  # found encoder.layer, the largest ModuleList
+    assert torch.equal(model(input_ids=ids).last_hidden_state, expected)
+    report = handle.report()
+    assert report.effective and report.layer_runs == 6 and report.sync_materializations == 0
+    assert handle.disable()
+    assert torch.equal(model(input_ids=ids).last_hidden_state, expected)

@@ -122,3 +122,41 @@ def test_fill_vram_config_collapses_onload_and_preparing() -> None:
     assert filled["onload_device"] == filled["preparing_device"] == "cpu"
     assert filled["onload_dtype"] == filled["preparing_dtype"] == torch.float32
     assert config["preparing_dtype"] == torch.float16  # input not mutated
+
+
+def test_vram_config_for_overrides_single_modules(tiny_net) -> None:
+    calls: list[tuple[str, frozenset[str]]] = []
+
+    def choose(name: str, keys: frozenset[str]):
+        calls.append((name, keys))
+        return dict(offload_dtype=torch.float16, **CPU32) if name == "proj_out" else None
+
+    model = enable_vram_management(
+        tiny_net, {nn.Linear: AutoWrappedLinear}, CPU32, vram_config_for=choose
+    )
+    assert calls == [("proj_in", frozenset({"proj_in.weight", "proj_in.bias"})),
+                     ("proj_out", frozenset({"proj_out.weight", "proj_out.bias"}))]  # fmt: skip
+    assert model.proj_out.weight.dtype == torch.float16
+    assert model.proj_in.weight.dtype == torch.float32
+
+
+def test_root_non_recurse_wrapper_wraps_children_separately(tiny_net) -> None:
+    from flextensor_runtime import AutoWrappedNonRecurseModule
+
+    x = torch.randn(2, 8)
+    expected = tiny_net(x)
+    config = dict(offload_dtype=torch.float16, **CPU32)
+    with pytest.warns(UserWarning):
+        model = enable_vram_management(
+            copy.deepcopy(tiny_net),
+            {type(tiny_net): AutoWrappedNonRecurseModule, nn.Linear: AutoWrappedLinear}, config,
+        )  # fmt: skip
+    assert isinstance(model, AutoWrappedNonRecurseModule)
+    inner = model.module.proj_in
+    assert isinstance(inner, AutoWrappedLinear) and inner.weight.dtype == torch.float16
+    rounded = copy.deepcopy(tiny_net)
+    for layer in (rounded.proj_in, rounded.proj_out):
+        for param in layer.parameters():
+            param.data = param.data.half().float()
+    assert torch.equal(model(x), rounded(x))
+    assert not torch.equal(model(x), expected)

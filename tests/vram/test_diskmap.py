@@ -146,3 +146,22 @@ def test_copies_of_a_model_share_the_disk_map(tiny_net, tiny_checkpoint) -> None
     assert twin.proj_in.disk_map is disk_map and copy.copy(disk_map) is disk_map
     x = torch.randn(2, 8)
     assert torch.equal(twin(x), tiny_net(x))
+
+
+def test_meta_model_on_the_host_tier_loads_from_disk_once(tiny_net, tiny_checkpoint) -> None:
+    from flextensor_runtime import init_weights_on_device
+
+    with init_weights_on_device():
+        model = type(tiny_net)().eval()  # parameters on meta, buffers built on the host
+    disk_map = DiskMap(tiny_checkpoint, "cpu")
+    wrapped = enable_vram_management(
+        model, {nn.Linear: AutoWrappedLinear, nn.LayerNorm: AutoWrappedModule},
+        dict(offload_dtype=torch.float32, offload_device="cpu", computation_dtype=torch.float32,
+             computation_device="cpu"),
+        disk_map=disk_map,
+    )  # fmt: skip
+    assert wrapped.proj_in.weight.device.type == "cpu"  # read from disk at wrap time
+    read = disk_map.materialized_elements
+    x = torch.randn(2, 8)
+    assert torch.equal(wrapped(x), tiny_net(x))
+    assert disk_map.materialized_elements == read  # the host tier does not touch the disk again

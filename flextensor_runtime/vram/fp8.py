@@ -21,6 +21,7 @@ __all__ = [
     "fp8_max",
     "is_float8",
     "quantize_rowwise",
+    "scaled_mm_out_dtype",
     "scaled_mm_supported",
 ]
 
@@ -51,25 +52,42 @@ def quantize_rowwise(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
 
 
 @functools.cache
-def _probe_scaled_mm(device_type: str, device_index: int, dtype: torch.dtype) -> bool:
+def _probe_scaled_mm(device_type: str, device_index: int, dtype: torch.dtype) -> torch.dtype | None:
+    """The output dtype row-wise `_scaled_mm` accepts on this device (float32 preferred;
+    some CUDA builds accept only bfloat16), or None when it does not run."""
     device = torch.device(device_type, device_index) if device_index >= 0 else device_type
-    try:
-        a = torch.ones(16, 16, device=device).to(dtype)
-        one = torch.ones(16, 1, device=device)
-        torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one.t(), out_dtype=torch.float32)
-    except (RuntimeError, NotImplementedError, TypeError):
-        return False
-    return True
+    a = torch.ones(16, 16, device=device).to(dtype)
+    one = torch.ones(16, 1, device=device)
+    for out_dtype in (torch.float32, torch.bfloat16):
+        try:
+            torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one.t(), out_dtype=out_dtype)
+        except (RuntimeError, NotImplementedError, TypeError):
+            continue
+        return out_dtype
+    return None
+
+
+def scaled_mm_out_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
+    """Output dtype of `torch._scaled_mm` with row-wise scales on `device`; None if unsupported."""
+    if device.type == "cuda" and (
+        not torch.cuda.is_available() or torch.cuda.get_device_capability(device) < (8, 9)
+    ):
+        return None
+    index = -1 if device.index is None else device.index
+    return _probe_scaled_mm(device.type, index, dtype)
 
 
 def scaled_mm_supported(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether `torch._scaled_mm` with row-wise scales runs on `device` for `dtype`."""
-    if device.type == "cuda" and (
-        not torch.cuda.is_available() or torch.cuda.get_device_capability(device) < (8, 9)
-    ):
-        return False
-    index = -1 if device.index is None else device.index
-    return _probe_scaled_mm(device.type, index, dtype)
+    return scaled_mm_out_dtype(device, dtype) is not None
+
+
+def _use_scaled_mm(backend: str, x: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype) -> bool:
+    if backend != "auto":
+        return backend == "scaled_mm"
+    if x.device.type == "cuda" and (x.shape[-1] % 16 or weight.shape[0] % 16):
+        return False  # CUDA FP8 GEMMs need K and N to be multiples of 16
+    return scaled_mm_supported(x.device, dtype)
 
 
 def fp8_matmul(
@@ -83,7 +101,8 @@ def fp8_matmul(
 
     The activation is quantised per row; the weight per output row unless it is already in a
     float8 dtype (then its scale is 1, the stored values being the weights). The result has x's
-    dtype. `backend`: "scaled_mm", "dequantize", or "auto" (scaled_mm where supported).
+    dtype. `backend`: "scaled_mm", "dequantize", or "auto" (scaled_mm where the device runs it
+    and, on CUDA, K and N are multiples of 16; the dequantise path otherwise).
     """
     if backend not in FP8_BACKENDS:
         raise ConfigError(f"invalid fp8_backend {backend!r}: use one of {FP8_BACKENDS}")
@@ -95,11 +114,11 @@ def fp8_matmul(
         scale_b = torch.ones(weight.shape[0], 1, device=weight.device)  # [N, 1]
     else:
         wq, scale_b = quantize_rowwise(weight, dtype)
-    use_mm = backend == "scaled_mm" or (backend == "auto" and scaled_mm_supported(x.device, dtype))
-    if use_mm:
+    if _use_scaled_mm(backend, x, weight, dtype):
+        mm_dtype = scaled_mm_out_dtype(x.device, dtype) or torch.float32
         out = torch._scaled_mm(
-            xq, wq.t(), scale_a=scale_a, scale_b=scale_b.t(), out_dtype=torch.float32
-        )  # [M, N]
+            xq, wq.t(), scale_a=scale_a, scale_b=scale_b.t(), out_dtype=mm_dtype
+        ).float()  # [M, N]
     else:
         out = (xq.float() * scale_a) @ (wq.float() * scale_b).t()  # [M, N]
     if bias is not None:

@@ -81,15 +81,16 @@ class LayerWindow:
 
     # -- set-up ---------------------------------------------------------------------------
     def _make_masters(self, index: int, state: _Layer, pin_memory: bool) -> None:
-        for master in state.masters.values():
-            host = master.data.to("cpu")
-            if pin_memory:
-                host = self.backend.pin(host)
-            master.data = host
-            if self.backend.is_pageable(host):
-                self.pageable.append(f"layer {index}: {tuple(host.shape)} {host.dtype}")
         if self.reuse_buffers:
-            self._pack(state, pin_memory)
+            self._pack(state, pin_memory)  # packed masters: views of one pinned flat tensor
+        packed = {id(p) for params in state.packed.values() for p in params}
+        for key, master in state.masters.items():
+            if key not in packed:
+                host = master.data.to("cpu")
+                master.data = self.backend.pin(host) if pin_memory else host
+            if self.backend.is_pageable(master.data):
+                shape = tuple(master.shape)
+                self.pageable.append(f"layer {index}: {shape} {master.dtype}")
 
     def _pack(self, state: _Layer, pin_memory: bool) -> None:
         """Contiguous masters become views into one flat host tensor per dtype."""

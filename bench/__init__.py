@@ -1,1 +1,1 @@
-"""CPU benchmarks of flextensor (run with `make bench`)."""
+"""Benchmarks: one package per area, each runnable as `python -m bench.<area>`."""

@@ -1,0 +1,234 @@
+"""Recorded measurements ("stats"): what discovery and profiling found, in a JSON interchange file.
+
+Owns: the `Stats` dataclasses (traps in execution order with compute time and tensors, the
+device and its bandwidth model), reading and writing `stats.json` with one-line errors, so
+`ftc plan stats.json` can re-solve without the model.
+Must not know: torch (stats come from measuring, but this module only holds numbers), the solver.
+
+JSON shape (extra optional fields marked ?):
+    {"name": str, "timing_source"?: str,
+     "device": {"name": str, "memory_bytes": int, "h2d_bytes_per_s": float,
+                "h2d_latency_ms"?: float, "bandwidth_curve"?: [[bytes, bytes_per_s], ...],
+                "kind"?: str},
+     "traps": [{"name": str, "compute_ms": float, "kind"?: "module"|"gap"|"manual", "calls"?: int,
+                "tensors": [{"name": str, "bytes": int, "dtype": str, "shape": [int, ...],
+                             "stride"?: [int, ...], "kind"?: str, "tie"?: str,
+                             "offloadable"?: bool}]}],
+     "untrapped"?: [tensor, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flextensor_runtime.errors import StatsFormatError
+from flextensor_runtime.profile import (
+    DTYPE_ITEMSIZE,
+    TENSOR_KINDS,
+    TRAP_KINDS,
+    BandwidthPoint,
+    DeviceSpec,
+)
+
+__all__ = ["Stats", "TensorStat", "TrapStat", "load_stats", "save_stats", "stats_from_json",
+           "stats_to_json"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TensorStat:
+    """One tensor a trap owns. `offloadable=False` pins it resident (e.g. read by other traps)."""
+
+    name: str
+    bytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...] = ()
+    kind: str = "parameter"
+    tie: str | None = None
+    offloadable: bool = True
+
+
+@dataclass(frozen=True)
+class TrapStat:
+    """One trap in execution order with its measured (or estimated) compute time."""
+
+    name: str
+    compute_ms: float
+    tensors: tuple[TensorStat, ...] = ()
+    kind: str = "module"
+    calls: int = 1
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Everything the solver needs about one model on one device."""
+
+    name: str
+    device: DeviceSpec
+    traps: tuple[TrapStat, ...]
+    untrapped: tuple[TensorStat, ...] = ()
+    timing_source: str = "stats"
+
+
+def _err(where: str, message: str) -> StatsFormatError:
+    return StatsFormatError(f"stats {where}: {message}; fix the file or re-record it with "
+                            "`ftc profile --save-stats`")  # fmt: skip
+
+
+def _num(doc: dict, key: str, where: str, kind: type = float, required: bool = True) -> Any:
+    if key not in doc:
+        if required:
+            raise _err(where, f"missing field {key!r}")
+        return None
+    v = doc[key]
+    ok = isinstance(v, (int, float)) if kind is float else isinstance(v, int)
+    if not ok or isinstance(v, bool) or not math.isfinite(float(v)) or v < 0:
+        raise _err(f"{where}.{key}", f"expected a non-negative {kind.__name__}, got {v!r:.40}")
+    return kind(v)
+
+
+def _str(doc: dict, key: str, where: str) -> str:
+    v = doc.get(key)
+    if not isinstance(v, str) or not v:
+        raise _err(f"{where}.{key}", f"expected a non-empty string, got {v!r:.40}")
+    return v
+
+
+def _tensor(doc: Any, where: str) -> TensorStat:
+    if not isinstance(doc, dict):
+        raise _err(where, "expected an object")
+    dtype = _str(doc, "dtype", where)
+    if dtype.removeprefix("torch.") not in DTYPE_ITEMSIZE:
+        raise _err(f"{where}.dtype", f"unknown dtype {dtype!r}")
+    shape = doc.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise _err(f"{where}.shape", f"expected a list of non-negative ints, got {shape!r:.40}")
+    kind = doc.get("kind", "parameter")
+    if kind not in TENSOR_KINDS:
+        raise _err(f"{where}.kind", f"expected one of {', '.join(TENSOR_KINDS)}, got {kind!r}")
+    return TensorStat(
+        name=_str(doc, "name", where),
+        bytes=_num(doc, "bytes", where, int),
+        dtype=dtype.removeprefix("torch."),
+        shape=tuple(shape),
+        stride=tuple(doc.get("stride") or ()),
+        kind=kind,
+        tie=doc.get("tie"),
+        offloadable=bool(doc.get("offloadable", True)),
+    )
+
+
+def _trap(doc: Any, where: str) -> TrapStat:
+    if not isinstance(doc, dict):
+        raise _err(where, "expected an object")
+    kind = doc.get("kind", "module")
+    if kind not in TRAP_KINDS:
+        raise _err(f"{where}.kind", f"expected one of {', '.join(TRAP_KINDS)}, got {kind!r}")
+    tensors = doc.get("tensors", [])
+    if not isinstance(tensors, list):
+        raise _err(f"{where}.tensors", "expected a list")
+    return TrapStat(
+        name=_str(doc, "name", where),
+        compute_ms=_num(doc, "compute_ms", where),
+        tensors=tuple(_tensor(t, f"{where}.tensors[{i}]") for i, t in enumerate(tensors)),
+        kind=kind,
+        calls=_num(doc, "calls", where, int, required=False) or 1,
+    )
+
+
+def _device(doc: Any) -> DeviceSpec:
+    if not isinstance(doc, dict):
+        raise _err("device", "expected an object")
+    curve_doc = doc.get("bandwidth_curve", [])
+    if not isinstance(curve_doc, list) or not all(
+        isinstance(p, list) and len(p) == 2 for p in curve_doc
+    ):
+        raise _err("device.bandwidth_curve", "expected a list of [bytes, bytes_per_s] pairs")
+    return DeviceSpec(
+        name=_str(doc, "name", "device"),
+        memory_bytes=_num(doc, "memory_bytes", "device", int),
+        h2d_bytes_per_s=_num(doc, "h2d_bytes_per_s", "device"),
+        h2d_latency_ms=_num(doc, "h2d_latency_ms", "device", required=False) or 0.0,
+        bandwidth_curve=tuple(BandwidthPoint(int(b), float(r)) for b, r in curve_doc),
+        kind=str(doc.get("kind", "target")),
+    )
+
+
+def stats_from_json(doc: Any) -> Stats:
+    """Validate a decoded stats document."""
+    if not isinstance(doc, dict):
+        raise _err("file", "the top level must be a JSON object")
+    traps = doc.get("traps")
+    if not isinstance(traps, list) or not traps:
+        raise _err("traps", "expected a non-empty list of traps")
+    untrapped = doc.get("untrapped", [])
+    if not isinstance(untrapped, list):
+        raise _err("untrapped", "expected a list")
+    return Stats(
+        name=_str(doc, "name", "file"),
+        device=_device(doc.get("device")),
+        traps=tuple(_trap(t, f"traps[{i}]") for i, t in enumerate(traps)),
+        untrapped=tuple(_tensor(t, f"untrapped[{i}]") for i, t in enumerate(untrapped)),
+        timing_source=str(doc.get("timing_source", "stats")),
+    )
+
+
+def _tensor_json(t: TensorStat) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": t.name, "bytes": t.bytes, "dtype": t.dtype,
+                           "shape": list(t.shape), "stride": list(t.stride), "kind": t.kind,
+                           "offloadable": t.offloadable}  # fmt: skip
+    if t.tie is not None:
+        doc["tie"] = t.tie
+    return doc
+
+
+def stats_to_json(stats: Stats) -> dict[str, Any]:
+    """The stats as a JSON-ready document (the interchange format above)."""
+    d = stats.device
+    return {
+        "name": stats.name,
+        "timing_source": stats.timing_source,
+        "device": {"name": d.name, "memory_bytes": d.memory_bytes,
+                   "h2d_bytes_per_s": d.h2d_bytes_per_s, "h2d_latency_ms": d.h2d_latency_ms,
+                   "bandwidth_curve": [[p.bytes, p.bytes_per_s] for p in d.bandwidth_curve],
+                   "kind": d.kind},
+        "traps": [{"name": t.name, "compute_ms": t.compute_ms, "kind": t.kind, "calls": t.calls,
+                   "tensors": [_tensor_json(x) for x in t.tensors]} for t in stats.traps],
+        "untrapped": [_tensor_json(x) for x in stats.untrapped],
+    }  # fmt: skip
+
+
+def load_stats(path: str | os.PathLike[str]) -> Stats:
+    """Read and validate a stats file."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise StatsFormatError(f"{p}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StatsFormatError(f"{p}: not JSON ({str(exc)[:60]}); pass a stats file") from None
+    try:
+        return stats_from_json(doc)
+    except StatsFormatError as exc:
+        raise StatsFormatError(f"{p}: {exc}") from None
+
+
+def save_stats(stats: Stats, path: str | os.PathLike[str]) -> Path:
+    """Write a stats file atomically (temp file + rename)."""
+    target = Path(path)
+    text = json.dumps(stats_to_json(stats), indent=1, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -23,7 +23,9 @@ __all__ = [
     "VramSection",
     "install_vram_section",
     "parse_vram_section",
+    "parse_vram_spec",
     "plan_disk_tier",
+    "vram_section_from_extensions",
     "vram_section_to_data",
 ]
 
@@ -149,6 +151,65 @@ def vram_section_to_data(section: VramSection) -> dict[str, Any]:
         data["checkpoint"] = section.checkpoint
     parse_vram_section(data)  # what is written must read back
     return data
+
+
+def vram_section_from_extensions(extensions: Mapping[str, Any]) -> VramSection | None:
+    """The parsed `vram` section of a profile's `extensions`, or None when it has none."""
+    if SECTION_KEY not in extensions:
+        return None
+    return parse_vram_section(extensions[SECTION_KEY])
+
+
+_WRAPPER_ALIASES = {
+    "linear": "AutoWrappedLinear",
+    "module": "AutoWrappedModule",
+    "nonrecurse": "AutoWrappedNonRecurseModule",
+}
+
+
+def _spec_items(text: str) -> dict[str, str]:
+    items: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise _bad("--vram item", part, "write key=value items separated by ';'")
+        if key.strip() in items:
+            raise _bad("--vram key", key.strip(), "give each key once")
+        items[key.strip()] = value.strip()
+    return items
+
+
+def _spec_map(text: str) -> list[list[str]]:
+    pairs = []
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        cls, sep, wrapper = entry.partition(":")
+        if not sep:
+            raise _bad("--vram map entry", entry, "write Class:wrapper, e.g. Linear:linear")
+        pairs.append([cls.strip(), _WRAPPER_ALIASES.get(wrapper.strip(), wrapper.strip())])
+    return pairs
+
+
+def parse_vram_spec(text: str) -> VramSection:
+    """A section from the CLI form used by `ftc profile --vram`, e.g.
+
+    "map=Linear:linear,LayerNorm:module;offload_device=cpu;computation_dtype=bfloat16;
+    computation_device=cuda;vram_limit_gib=20"
+
+    Wrappers are full names or the aliases linear, module, nonrecurse; every other key is a
+    placement key of `vram_config`, `vram_limit_gib` or `checkpoint`.
+    """
+    items = _spec_items(text)
+    data: dict[str, Any] = {"module_map": _spec_map(items.pop("map", ""))}
+    if "vram_limit_gib" in items:
+        raw = items.pop("vram_limit_gib")
+        try:
+            data["vram_limit_gib"] = float(raw)
+        except ValueError:
+            raise _bad("vram_limit_gib", raw, "give a number of GiB") from None
+    if "checkpoint" in items:
+        data["checkpoint"] = items.pop("checkpoint")
+    data["vram_config"] = items
+    return parse_vram_section(data)
 
 
 def install_vram_section(model: Any, section: VramSection, disk_map: Any = None) -> Any:

@@ -159,3 +159,43 @@ def test_plan_disk_tier_properties(sizes, budget, rng) -> None:
             assert sizes[name] > left
         else:
             left -= sizes[name]
+
+
+def test_cli_spec_builds_the_same_section() -> None:
+    from flextensor_runtime.vram.vram_section import parse_vram_spec
+
+    spec = (
+        "map=Linear:linear, torch.nn.modules.normalization.LayerNorm:AutoWrappedModule;"
+        " offload_device=cpu; computation_dtype=float32; computation_device=cpu;"
+        " vram_limit_gib=2.5"
+    )
+    assert parse_vram_spec(spec) == SECTION
+    with_checkpoint = parse_vram_spec("map=Linear:nonrecurse;checkpoint=m.safetensors")
+    assert with_checkpoint.module_map == (("Linear", "AutoWrappedNonRecurseModule"),)
+    assert with_checkpoint.checkpoint == "m.safetensors" and with_checkpoint.vram_config == ()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("map=Linear:linear;offload_device", "--vram item 'offload_device'"),
+        ("map=Linear", "--vram map entry 'Linear'"),
+        ("map=Linear:linear;vram_limit_gib=lots", "vram_limit_gib 'lots'"),
+        ("map=Linear:linear;map=Conv2d:module", "--vram key 'map'"),
+        ("offload_device=cpu", "module_map"),
+        ("map=Linear:gpu", "wrapper 'gpu'"),
+    ],
+)
+def test_cli_spec_errors(spec, message) -> None:
+    from flextensor_runtime.vram.vram_section import parse_vram_spec
+
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_vram_spec(spec)
+    assert "\n" not in str(info.value)
+
+
+def test_section_from_profile_extensions() -> None:
+    from flextensor_runtime.vram.vram_section import vram_section_from_extensions
+
+    assert vram_section_from_extensions({"caches": {}}) is None
+    assert vram_section_from_extensions({"vram": vram_section_to_data(SECTION)}) == SECTION

@@ -223,7 +223,9 @@ class AutoTorchModule(nn.Module):
         """Promote to the preparing placement when `vram_limit` leaves room for it; otherwise
         stay where the weights are (the caller then computes from a temporary copy)."""
         target = self.stages.preparing
-        if self.holds(target) or self.holds(self.stages.computation) or target.on_disk:
+        if self.vram_limit is None or target.on_disk:
+            return
+        if self.holds(target) or self.holds(self.stages.computation):
             return
         if self.check_free_vram(self.stored_bytes_at(target)):
             self.preparing()

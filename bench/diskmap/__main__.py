@@ -6,6 +6,7 @@ read tensor by tensor into owned host memory, alternating DiskMap and `safe_open
 Reads are interleaved tensor by tensor; the page cache is warm for both. RSS: a stack of Linear+LayerNorm modules on the disk tier runs
 `--forwards` forwards; host RSS is sampled along the way, with DiskMap reopening its file every
 `buffer_size` elements and, for comparison, never reopening.
+Must not know: anything but the public DiskMap and wrapper API (no private state is read).
 """
 
 from __future__ import annotations

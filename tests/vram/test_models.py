@@ -147,3 +147,44 @@ def test_minilm_layerwise_offload_on_the_cpu_backend_is_bit_exact() -> None:
     assert report.effective and report.layer_runs == 6 and report.sync_materializations == 0
     assert handle.disable()
     assert torch.equal(model(input_ids=ids).last_hidden_state, expected)
+
+
+@torch.no_grad()
+def test_minilm_disk_tier_planned_for_a_host_budget_is_bit_exact() -> None:
+    import dataclasses
+
+    transformers = pytest.importorskip("transformers")
+    from flextensor_runtime.vram.vram_section import (
+        install_vram_section,
+        parse_vram_section,
+        parse_vram_spec,
+        plan_disk_tier,
+        vram_section_to_data,
+    )
+
+    folder = minilm_dir()
+    config = transformers.BertConfig.from_pretrained(str(folder), attn_implementation="eager")
+    reference = transformers.BertModel.from_pretrained(
+        str(folder), local_files_only=True, attn_implementation="eager"
+    ).eval()
+    ids = torch.tensor([[101, 1996, 4248, 2829, 4419, 102]])
+    expected = reference(input_ids=ids).last_hidden_state
+    kinds = (nn.Linear, nn.Embedding, nn.LayerNorm)
+    groups = {name: [f"{name}.{p}" for p, _ in m.named_parameters()]
+              for name, m in reference.named_modules() if isinstance(m, kinds)}  # fmt: skip
+    sizes = {name: sum(reference.get_parameter(k).nbytes for k in keys)
+             for name, keys in groups.items()}  # fmt: skip
+    budget = sum(sizes.values()) // 2  # half the weights may live in host memory
+    on_disk = plan_disk_tier(sizes, budget, list(groups))
+    section = dataclasses.replace(
+        parse_vram_spec("map=Linear:linear,Embedding:module,LayerNorm:module;"
+                        "offload_device=cpu;computation_dtype=float32;computation_device=cpu"),
+        disk_tensors=tuple(k for name in sorted(on_disk) for k in groups[name]),
+        checkpoint=str(folder / "model.safetensors"),
+    )  # fmt: skip
+    with skip_model_initialization():
+        model = transformers.BertModel(config).eval()
+    model = install_vram_section(model, parse_vram_section(vram_section_to_data(section)))
+    host_bytes = sum(p.nbytes for p in model.parameters() if p.device.type == "cpu")
+    assert 0 < host_bytes <= budget and on_disk
+    assert torch.equal(model(input_ids=ids).last_hidden_state, expected)

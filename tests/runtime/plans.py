@@ -1,0 +1,161 @@
+"""A test-only planner: builds valid offload profiles directly for a model.
+
+Each chosen module is a trap (in the given execution order); chosen traps are streamed into N
+round-robin blocks, each copy issued `prefetch` traps ahead (cyclically into the previous
+iteration where needed); the rest is resident. Tied tensors read from two traps, and non-dense
+tensors, stay resident. Gap traps (`gap:<n>`) can be inserted after any trap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import torch
+from torch import nn
+
+from flextensor_runtime.model_tensors import model_tensor_entries
+from flextensor_runtime.profile import (
+    Block,
+    DeviceSpec,
+    Meta,
+    PlanConfig,
+    Predicted,
+    Profile,
+    TensorEntry,
+    Transfer,
+    Trap,
+    check_profile,
+    fingerprint,
+)
+from flextensor_runtime.views import is_dense
+
+
+def record_order(model: nn.Module, names: Sequence[str], *args, **kwargs) -> tuple[list[str], dict[str, int]]:
+    """Run one forward and return the trap names in first-call order and their call counts."""
+    modules = dict(model.named_modules())
+    order: list[str] = []
+    calls: dict[str, int] = {}
+    handles = []
+    for name in names:
+        def pre(_m, _a, name=name):
+            calls[name] = calls.get(name, 0) + 1
+            if name not in order:
+                order.append(name)
+        handles.append(modules[name].register_forward_pre_hook(pre))
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return order, calls
+
+
+def _owner(e: TensorEntry) -> str:
+    parts = e.name.split(".")
+    cut = 2 if e.kind == "inner" else 1
+    return ".".join(parts[:-cut])
+
+
+def _trap_of(owner: str, traps: Sequence[str]) -> int | None:
+    best, best_len = None, -1
+    for i, t in enumerate(traps):
+        if (t == "" or owner == t or owner.startswith(t + ".")) and len(t) > best_len:
+            best, best_len = i, len(t)
+    return best
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def build_profile(
+    model: nn.Module,
+    traps: Sequence[str],
+    *,
+    streamed: Collection[str] | None = None,
+    num_blocks: int = 2,
+    prefetch: int = 1,
+    mode: str = "allocation_block_transfer",
+    gaps_after: Collection[str] = (),
+    calls: dict[str, int] | None = None,
+    align: int = 64,
+    peak_extra_bytes: int = 0,
+) -> Profile:
+    names: list[str] = []
+    kinds: list[str] = []
+    for t in traps:
+        names.append(t)
+        kinds.append("module")
+        if t in gaps_after:
+            names.append(f"gap:{len(names)}")
+            kinds.append("gap")
+    module_traps = [n if k == "module" else "\0" for n, k in zip(names, kinds)]
+    entries = model_tensor_entries(model)
+    owner = {e.name: _trap_of(_owner(e), module_traps) for e in entries}
+    want = set(names) if streamed is None else set(streamed)
+    # canonical tensors read from another trap than their own stay resident
+    pinned = {e.tie for e in entries if e.tie is not None and owner[e.name] != owner[e.tie]}
+    stream_ok = {
+        e.name for e in entries
+        if e.tie is None and e.name not in pinned and owner[e.name] is not None
+        and names[owner[e.name]] in want and is_dense(e.shape, e.stride) and e.bytes > 0
+    }  # fmt: skip
+    n = len(names)
+    layout: dict[int, dict[str, int]] = {}
+    sizes: dict[int, int] = {}
+    for i in range(n):
+        off = 0
+        for e in entries:
+            if owner[e.name] == i and e.name in stream_ok:
+                off = _align(off, align)
+                layout.setdefault(i, {})[e.name] = off
+                off += e.bytes
+        if i in layout:
+            sizes[i] = off
+    order = sorted(layout)
+    nb = max(1, min(num_blocks, len(order)))
+    block_of = {o: s % nb for s, o in enumerate(order)}
+    blocks = tuple(
+        Block(b, _align(max(sizes[o] for o in order if block_of[o] == b), align))
+        for b in range(nb) if order
+    )  # fmt: skip
+    schedule = []
+    for s, o in enumerate(order):
+        prev = order[s - nb] if s - nb >= 0 else order[s - nb + len(order)]
+        prev_pos = prev if s - nb >= 0 else prev - n
+        pos = min(o, max(o - prefetch, prev_pos + 1))
+        schedule.append(Transfer(o, block_of[o], 0, sizes[o], pos % n, o))
+    placed = {}
+    for e in entries:
+        canon = e.tie or e.name
+        if canon in stream_ok:
+            i = owner[canon]
+            placed[e.name] = TensorEntry(e.name, e.bytes, e.dtype, e.shape, e.stride, "streamed",
+                                         block_of[i], layout[i][canon], e.tie, e.kind)  # fmt: skip
+        else:
+            placed[e.name] = e
+    trap_objs = tuple(
+        Trap(names[i], kinds[i], 1.0,
+             tuple(placed[e.name] for e in entries if owner[e.name] == i) if kinds[i] == "module" else (),
+             (calls or {}).get(names[i], 1))
+        for i in range(n)
+    )  # fmt: skip
+    untrapped = tuple(placed[e.name] for e in entries if owner[e.name] is None)
+    all_e = list(placed.values())
+    resident = sum(e.bytes for e in all_e if e.placement == "resident" and e.tie is None)
+    streamed_b = sum(e.bytes for e in all_e if e.placement != "resident" and e.tie is None)
+    peak = resident + sum(b.bytes for b in blocks) + peak_extra_bytes
+    profile = Profile(
+        meta=Meta("test-planner", torch.__version__, "tests/runtime/plans.py", "synthetic"),
+        model=fingerprint(all_e),
+        device=DeviceSpec("cpu", 1 << 36, 1e10, kind="cpu"),
+        config=PlanConfig(transfer_mode=mode, num_blocks=nb, strategy="nth-layer"),
+        traps=trap_objs,
+        blocks=blocks,
+        schedule=tuple(schedule),
+        predicted=Predicted(float(n), float(n), 0.0, peak, resident, streamed_b),
+        untrapped=untrapped,
+    )
+    check_profile(profile)
+    return profile

@@ -21,6 +21,7 @@ from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.install import Deployment, install
 from flextensor_runtime.lazy_load import Checkpoint
+from flextensor_runtime.manual import current_model
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
 
@@ -76,6 +77,8 @@ class OffloadHandle:
         dep.runtime = None
         dep.hosts.clear()
         dep.model.__dict__.pop(_HANDLE_ATTR, None)
+        if current_model.get() is dep.model:
+            current_model.set(None)
 
 
 def handle(model: nn.Module) -> OffloadHandle:
@@ -141,6 +144,7 @@ def offload_from_profile(
     dep = Deployment(model, profile, binding, be, EventLog() if log_events else None)
     install(dep, ckpt)
     model.__dict__[_HANDLE_ATTR] = OffloadHandle(dep)
+    current_model.set(model)
     return model
 
 

@@ -33,7 +33,6 @@ class TrapCounters:
     issued: int = 0  # copies issued at this trap's entry
     bytes_issued: int = 0
     enter_ns: int = 0  # host time spent in entry (issuing, waiting)
-    compute_ns: int = 0  # host time from entry to exit (measured only while timing)
 
 
 class Runtime:
@@ -64,9 +63,11 @@ class Runtime:
         self.counters = [TrapCounters() for _ in trap_names]
         self.modules: list[torch.nn.Module | None] = [None] * len(trap_names)
         self.grad_tensors: list[tuple[torch.Tensor, ...]] = [() for _ in trap_names]
-        self.timing = False
+        self.timing: list[tuple[int, int, int]] | None = None  # (trap, enter_ns, exit_ns)
         self._entered_ns = [0] * len(trap_names)
+        self.on_exit: Callable[[int], None] | None = None  # replan's iteration counter
         self._sync = backend.synchronous
+        self.index = {name: i for i, name in enumerate(self.trap_names)}
 
     def set_tables(self, tables: Tables) -> None:
         """Swap in a rebuilt schedule over the same transfers (strategy replan)."""
@@ -152,14 +153,17 @@ class Runtime:
                 log.append(("wait", tables.transfers[k].transfer.trap, i))
             if self._bind is not None:
                 self._bind(k)
+        if self.timing is not None:  # measuring (replan): synchronise so times are compute only
+            self.backend.synchronize()
         now = time.perf_counter_ns()
         counters.enter_ns += now - start
         self._entered_ns[i] = now
 
     def exit(self, i: int) -> None:
         log, tables = self.log, self.tables
-        if self.timing:
-            self.counters[i].compute_ns += time.perf_counter_ns() - self._entered_ns[i]
+        if self.timing is not None:
+            self.backend.synchronize()
+            self.timing.append((i, self._entered_ns[i], time.perf_counter_ns()))
         for k in tables.reads[i]:
             self.active[k] -= 1
             self.backend.record(self.released[k])
@@ -179,6 +183,8 @@ class Runtime:
         for g in tables.virtual_after[i]:
             self.enter(g)
             self.exit(g)
+        if self.on_exit is not None:
+            self.on_exit(i)
 
     def reset_counters(self) -> None:
         self.counters = [TrapCounters() for _ in self.trap_names]

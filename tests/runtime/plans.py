@@ -121,10 +121,13 @@ def build_profile(
         for b in range(nb) if order
     )  # fmt: skip
     schedule = []
-    for s, o in enumerate(order):
-        prev = order[s - nb] if s - nb >= 0 else order[s - nb + len(order)]
-        prev_pos = prev if s - nb >= 0 else prev - n
-        pos = min(o, max(o - prefetch, prev_pos + 1))
+    for o in order:
+        same = [q for q in order if block_of[q] == block_of[o]]
+        j = same.index(o)
+        prev_pos = same[j - 1] if j > 0 else same[-1] - n  # previous holder of this block
+        pos = min(o - 1, max(o - prefetch, prev_pos + 1))
+        if pos <= prev_pos:
+            raise ValueError(f"trap {names[o]!r} cannot be prefetched: its block is busy until the trap before it")
         schedule.append(Transfer(o, block_of[o], 0, sizes[o], pos % n, o))
     placed = {}
     for e in entries:

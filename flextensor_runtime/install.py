@@ -215,7 +215,7 @@ def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
     profile = dep.profile
     virtual = {i for i, t in enumerate(profile.traps)
                if t.kind == "gap" and t.name not in dep.binding.modules}  # fmt: skip
-    tables = build_tables(profile, virtual, per_use=mode == "strategy")
+    tables = build_tables(profile, virtual)
     inst = _Installer(dep, checkpoint, mode)
     inst.check_sources()
     try:

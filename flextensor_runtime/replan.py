@@ -110,7 +110,7 @@ def _finish(request: ReplanRequest, timings: list[tuple[int, int, int]]) -> None
     assert dep.runtime is not None and dep.tables is not None
     virtual = {i for i, t in enumerate(profile.traps)
                if t.kind == "gap" and t.name not in dep.binding.modules}  # fmt: skip
-    tables = build_tables(new, virtual, per_use=new.config.transfer_mode == "strategy")
+    tables = build_tables(new, virtual)
     dep.runtime.set_tables(tables)
     dep.profile, dep.tables = new, tables
     if request.save is not None:

@@ -93,9 +93,9 @@ def _virtual_after(n: int, virtual: set[int]) -> list[tuple[int, ...]]:
     return out
 
 
-def build_tables(profile: Profile, virtual: set[int], per_use: bool = False) -> Tables:
-    """Tables for `profile`; `virtual` = orders of gap traps with no module; `per_use` = the
-    `strategy` transfer mode (per-use copies never share block bytes, so no conflicts)."""
+def build_tables(profile: Profile, virtual: set[int]) -> Tables:
+    """Tables for `profile`; `virtual` = orders of gap traps with no module. Conflicts follow
+    the block layout in every mode (per-use copies are freed where a block would be reused)."""
     n = len(profile.traps)
     schedule = sorted(profile.schedule, key=lambda t: t.trap)
     index_of_trap = {t.trap: k for k, t in enumerate(schedule)}
@@ -104,9 +104,7 @@ def build_tables(profile: Profile, virtual: set[int], per_use: bool = False) -> 
         entries = tuple(
             e for e in profile.traps[t.trap].tensors if e.placement != "resident" and e.tie is None
         )
-        conflicts = () if per_use else tuple(
-            j for j, u in enumerate(schedule) if j != k and _overlaps(t, u)
-        )  # fmt: skip
+        conflicts = tuple(j for j, u in enumerate(schedule) if j != k and _overlaps(t, u))
         plans.append(TransferPlan(k, t, entries, conflicts))
     reads = _reads(profile, index_of_trap)
     _check_reads_held(profile, reads, plans)

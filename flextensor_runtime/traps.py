@@ -93,6 +93,8 @@ class Runtime:
         for u in plan.conflicts:
             if valid[u]:
                 valid[u] = False
+                if self._free is not None:
+                    self._free(u)
                 if log is not None:
                     log.append(("reuse", plan.transfer.block, plan.transfer.trap,
                                 self.tables.transfers[u].transfer.trap))  # fmt: skip

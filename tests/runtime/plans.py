@@ -1,6 +1,7 @@
 """A test-only planner: builds valid offload profiles directly for a model.
 
-Each chosen module is a trap (in the given execution order); chosen traps are streamed into N
+Each chosen module is a trap (in the given execution order), or a manual trap owning the
+tensors under the module paths given for it; chosen traps are streamed into N
 round-robin blocks, each copy issued `prefetch` traps ahead (cyclically into the previous
 iteration where needed); the rest is resident. Tied tensors read from two traps, and non-dense
 tensors, stay resident. Gap traps (`gap:<n>`) can be inserted after any trap.
@@ -57,11 +58,12 @@ def _owner(e: TensorEntry) -> str:
     return ".".join(parts[:-cut])
 
 
-def _trap_of(owner: str, traps: Sequence[str]) -> int | None:
+def _trap_of(owner: str, traps: Sequence[Sequence[str]]) -> int | None:
     best, best_len = None, -1
-    for i, t in enumerate(traps):
-        if (t == "" or owner == t or owner.startswith(t + ".")) and len(t) > best_len:
-            best, best_len = i, len(t)
+    for i, prefixes in enumerate(traps):
+        for t in prefixes:
+            if (t == "" or owner == t or owner.startswith(t + ".")) and len(t) > best_len:
+                best, best_len = i, len(t)
     return best
 
 
@@ -79,18 +81,20 @@ def build_profile(
     mode: str = "allocation_block_transfer",
     gaps_after: Collection[str] = (),
     calls: dict[str, int] | None = None,
+    manual: dict[str, Sequence[str]] | None = None,
     align: int = 64,
     peak_extra_bytes: int = 0,
 ) -> Profile:
     names: list[str] = []
     kinds: list[str] = []
+    manual = manual or {}
     for t in traps:
         names.append(t)
-        kinds.append("module")
+        kinds.append("manual" if t in manual else "module")
         if t in gaps_after:
             names.append(f"gap:{len(names)}")
             kinds.append("gap")
-    module_traps = [n if k == "module" else "\0" for n, k in zip(names, kinds)]
+    module_traps = [manual.get(n, [n]) if k != "gap" else [] for n, k in zip(names, kinds)]
     entries = model_tensor_entries(model)
     owner = {e.name: _trap_of(_owner(e), module_traps) for e in entries}
     want = set(names) if streamed is None else set(streamed)
@@ -140,7 +144,7 @@ def build_profile(
             placed[e.name] = e
     trap_objs = tuple(
         Trap(names[i], kinds[i], 1.0,
-             tuple(placed[e.name] for e in entries if owner[e.name] == i) if kinds[i] == "module" else (),
+             tuple(placed[e.name] for e in entries if owner[e.name] == i) if kinds[i] != "gap" else (),
              (calls or {}).get(names[i], 1))
         for i in range(n)
     )  # fmt: skip

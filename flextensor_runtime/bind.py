@@ -40,6 +40,7 @@ class TensorRef:
         new: torch.Tensor
         if isinstance(old, nn.Parameter):
             new = nn.Parameter(data, requires_grad=old.requires_grad)
+            new.__dict__ = old.__dict__  # inner tensor fields (and refs into them) carry over
         else:
             new = data
         for container, key in self.places:

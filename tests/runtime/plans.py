@@ -118,7 +118,10 @@ def build_profile(
         if i in layout:
             sizes[i] = off
     order = sorted(layout)
-    nb = max(1, min(num_blocks, len(order)))
+    # round robin needs the count of streamed traps to be a multiple of the blocks
+    nb = max([d for d in range(1, min(num_blocks, len(order)) + 1) if len(order) % d == 0], default=1)
+    if nb == 1 and len(order) > 1 and num_blocks > 1:
+        nb = len(order)
     block_of = {o: s % nb for s, o in enumerate(order)}
     blocks = tuple(
         Block(b, _align(max(sizes[o] for o in order if block_of[o] == b), align))

@@ -118,23 +118,25 @@ def build_profile(
         if i in layout:
             sizes[i] = off
     order = sorted(layout)
-    # round robin needs the count of streamed traps to be a multiple of the blocks
-    nb = max([d for d in range(1, min(num_blocks, len(order)) + 1) if len(order) % d == 0], default=1)
-    if nb == 1 and len(order) > 1 and num_blocks > 1:
-        nb = len(order)
+    nb = max(1, min(num_blocks, len(order)))
     block_of = {o: s % nb for s, o in enumerate(order)}
+
+    def prev_pos(o: int) -> int:  # where the previous holder of o's block releases it
+        same = [q for q in order if block_of[q] == block_of[o]]
+        j = same.index(o)
+        return same[j - 1] if j > 0 else same[-1] - n
+
+    for o in order:  # a trap whose block is busy until the trap before it gets its own block
+        if prev_pos(o) >= o - 1:
+            block_of[o] = max(block_of.values()) + 1
+    n_blocks = max(block_of.values(), default=-1) + 1
     blocks = tuple(
         Block(b, _align(max(sizes[o] for o in order if block_of[o] == b), align))
-        for b in range(nb) if order
+        for b in range(n_blocks)
     )  # fmt: skip
     schedule = []
     for o in order:
-        same = [q for q in order if block_of[q] == block_of[o]]
-        j = same.index(o)
-        prev_pos = same[j - 1] if j > 0 else same[-1] - n  # previous holder of this block
-        pos = min(o - 1, max(o - prefetch, prev_pos + 1))
-        if pos <= prev_pos:
-            raise ValueError(f"trap {names[o]!r} cannot be prefetched: its block is busy until the trap before it")
+        pos = min(o - 1, max(o - prefetch, prev_pos(o) + 1))
         schedule.append(Transfer(o, block_of[o], 0, sizes[o], pos % n, o))
     placed = {}
     for e in entries:
@@ -160,7 +162,7 @@ def build_profile(
         meta=Meta("test-planner", torch.__version__, "tests/runtime/plans.py", "synthetic"),
         model=fingerprint(all_e),
         device=DeviceSpec("cpu", 1 << 36, 1e10, kind="cpu"),
-        config=PlanConfig(transfer_mode=mode, num_blocks=nb, strategy="nth-layer"),
+        config=PlanConfig(transfer_mode=mode, num_blocks=n_blocks, strategy="nth-layer"),
         traps=trap_objs,
         blocks=blocks,
         schedule=tuple(schedule),

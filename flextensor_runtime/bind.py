@@ -10,13 +10,13 @@ Must not know: schedules, backends, files. Binding never changes the model.
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
 from flextensor_runtime.errors import ProfileMismatchError
-from flextensor_runtime.model_tensors import diff_tensors, model_tensor_entries
+from flextensor_runtime.model_tensors import TensorDiff, diff_tensors, model_tensor_entries
 from flextensor_runtime.profile import Profile, TensorEntry
 
 __all__ = ["Binding", "TensorRef", "bind_profile"]
@@ -64,7 +64,7 @@ def _places(model: nn.Module) -> dict[int, list[Place]]:
             for key, t in container.items():
                 if t is None:
                     continue
-                places.setdefault(id(t), []).append((container, key))
+                places.setdefault(id(t), []).append((container, key))  # type: ignore[arg-type]
                 if isinstance(t, nn.Parameter):
                     for attr, inner in vars(t).items():
                         if isinstance(inner, torch.Tensor) and not attr.startswith("_"):
@@ -106,9 +106,7 @@ def _check_fingerprint(profile: Profile, actual: list[TensorEntry], strict: bool
         )
 
 
-def _without_extra(diff) -> str:
-    from dataclasses import replace
-
+def _without_extra(diff: TensorDiff) -> str:
     return replace(diff, extra=()).summary()
 
 

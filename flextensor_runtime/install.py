@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import nn
@@ -22,8 +23,8 @@ from flextensor_runtime.events import EventLog
 from flextensor_runtime.lazy_load import Checkpoint
 from flextensor_runtime.profile import Profile, TensorEntry
 from flextensor_runtime.schedule import Tables, build_tables
-from flextensor_runtime.traps import Runtime
 from flextensor_runtime.transfer_modes import StreamedTensor, check_mode, make_mode
+from flextensor_runtime.traps import Runtime
 from flextensor_runtime.views import placeholder, torch_dtype, typed_view
 
 __all__ = ["Deployment", "install"]
@@ -61,7 +62,9 @@ def _groups(profile: Profile, binding: Binding) -> dict[str, list[TensorRef]]:
     return groups
 
 
-def _source_name(canon: str, profile_names: dict[str, list[str]], ckpt: Checkpoint | None) -> str | None:
+def _source_name(
+    canon: str, profile_names: dict[str, list[str]], ckpt: Checkpoint | None
+) -> str | None:
     if ckpt is None:
         return None
     for name in profile_names[canon]:
@@ -97,7 +100,9 @@ class _Installer:
         else:
             dst.copy_(self.groups[canon][0].tensor.detach())
 
-    def _set(self, refs: list[TensorRef], data: torch.Tensor, restore: Callable[[], torch.Tensor]) -> None:
+    def _set(
+        self, refs: list[TensorRef], data: torch.Tensor, restore: Callable[[], torch.Tensor]
+    ) -> None:
         origin = refs[0].tensor.device
         back_to = torch.device("cpu") if origin.type == "meta" else origin
         for ref in refs:
@@ -118,6 +123,7 @@ class _Installer:
             dep.hosts.append(host)
             group = []
             for e in plan.entries:
+                assert e.offset is not None  # streamed entries have offsets (check_profile)
                 rel = e.offset - t.offset
                 view = typed_view(host, rel, e)
                 self.fill(e.name, view)
@@ -126,7 +132,7 @@ class _Installer:
                     data = typed_view(regions[plan.index], rel, e)
                 else:
                     data = placeholder(e, dep.backend.device)
-                self._set(refs, data, lambda v=view: v.clone())
+                self._set(refs, data, partial(torch.Tensor.clone, view))
                 group.append(StreamedTensor(rel, e, tuple(refs), view))
             out.append(group)
         return out
@@ -144,8 +150,17 @@ class _Installer:
             else:
                 data = backend.to_device(current.detach())
             nbytes = e.bytes
-            self._set(refs, data, lambda d=data: d)
-            self.dep.undo.append(lambda n=nbytes: backend.uncount(n))
+            self._set(refs, data, partial(_same, data))
+            self.dep.undo.append(partial(backend.uncount, nbytes))
+
+
+def _free_all(free: Callable[[int], None], count: int) -> None:
+    for k in range(count):
+        free(k)
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 def _entry(profile: Profile, name: str) -> TensorEntry:
@@ -160,7 +175,7 @@ def _alloc_blocks(dep: Deployment, tables: Tables) -> list[torch.Tensor]:
     blocks = {}
     for b in dep.profile.blocks:
         blocks[b.id] = backend.alloc_device(b.bytes)
-        dep.undo.append(lambda n=b.bytes: backend.uncount(n))
+        dep.undo.append(partial(backend.uncount, b.bytes))
     return [
         blocks[p.transfer.block][p.transfer.offset : p.transfer.offset + p.transfer.bytes]
         for p in tables.transfers
@@ -233,8 +248,9 @@ def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
         _patch(dep, runtime)
         dep.runtime, dep.tables = runtime, tables
         runtime.prologue()
-        if hooks.free_fn is not None:
-            dep.undo.append(lambda: [hooks.free_fn(k) for k in range(len(streamed))])  # type: ignore[misc]
+        free = hooks.free_fn
+        if free is not None:
+            dep.undo.append(partial(_free_all, free, len(streamed)))
     except BaseException:
         dep.uninstall()
         dep.hosts.clear()

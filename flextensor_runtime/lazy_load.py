@@ -48,17 +48,23 @@ def _read_header(path: Path) -> dict[str, StoredTensor]:
         with path.open("rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
             if n > _MAX_HEADER_BYTES:
-                raise ModelFileError(f"{path}: header of {n} bytes is not safetensors; pass a .safetensors file")
+                raise ModelFileError(
+                    f"{path}: header of {n} bytes is not safetensors; pass a .safetensors file"
+                )
             header: dict[str, Any] = json.loads(fh.read(n))
     except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"{path}: cannot read a safetensors header ({exc}); pass a valid .safetensors file") from None
+        raise ModelFileError(
+            f"{path}: cannot read a safetensors header ({exc}); pass a valid .safetensors file"
+        ) from None
     out: dict[str, StoredTensor] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         dtype = _DTYPES.get(info["dtype"])
         if dtype is None:
-            raise ModelFileError(f"{path}: tensor {name!r} has unsupported dtype {info['dtype']!r}; convert the checkpoint")
+            raise ModelFileError(
+                f"{path}: tensor {name!r} has unsupported dtype {info['dtype']!r}; convert the checkpoint"
+            )
         begin, end = info["data_offsets"]
         out[name] = StoredTensor(path, dtype, tuple(info["shape"]), 8 + n + begin, end - begin)
     return out
@@ -70,14 +76,18 @@ class Checkpoint:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         p = Path(path)
         if not p.is_file():
-            raise ModelFileError(f"checkpoint {p} does not exist; pass a .safetensors file or its index")
+            raise ModelFileError(
+                f"checkpoint {p} does not exist; pass a .safetensors file or its index"
+            )
         self.path = p
         self.tensors: dict[str, StoredTensor] = {}
         if p.name.endswith(".json"):
             try:
                 weight_map = json.loads(p.read_text())["weight_map"]
             except (OSError, KeyError, json.JSONDecodeError) as exc:
-                raise ModelFileError(f"{p}: not a sharded safetensors index ({exc}); pass the index json") from None
+                raise ModelFileError(
+                    f"{p}: not a sharded safetensors index ({exc}); pass the index json"
+                ) from None
             for shard in sorted(set(weight_map.values())):
                 self.tensors.update(_read_header(p.parent / shard))
         else:
@@ -116,12 +126,14 @@ class Checkpoint:
     def _pread(st: StoredTensor, dst: torch.Tensor) -> None:
         if st.nbytes == 0:
             return
-        view = memoryview(dst.reshape(-1).view(torch.uint8).numpy())
+        view = memoryview(dst.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
         with st.path.open("rb", buffering=0) as fh:
             fh.seek(st.start)
             got = 0
             while got < st.nbytes:
                 n = fh.readinto(view[got:])
                 if not n:
-                    raise ModelFileError(f"{st.path}: file ends inside a tensor; the checkpoint is truncated")
+                    raise ModelFileError(
+                        f"{st.path}: file ends inside a tensor; the checkpoint is truncated"
+                    )
                 got += n

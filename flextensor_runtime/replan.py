@@ -10,7 +10,7 @@ Must not know: the compiler's solver, files beyond `profile.save`.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from flextensor_runtime import profile as profile_format
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import Predicted, Profile, Transfer
 from flextensor_runtime.schedule import build_tables
+from flextensor_runtime.traps import Runtime
 
 __all__ = ["ReplanRequest", "rebuild_schedule", "replan"]
 
@@ -65,7 +66,9 @@ def rebuild_schedule(profile: Profile, compute_ms: Sequence[float]) -> Profile:
                 pos = p
                 break
         schedule.append(replace(t, issue_at=pos % n))
-    traps = tuple(replace(tr, compute_ms=float(ms)) for tr, ms in zip(profile.traps, compute_ms, strict=True))
+    traps = tuple(
+        replace(tr, compute_ms=float(ms)) for tr, ms in zip(profile.traps, compute_ms, strict=True)
+    )
     new = replace(profile, traps=traps, schedule=tuple(schedule),
                   meta=replace(profile.meta, timing_source="replan"))  # fmt: skip
     return replace(new, predicted=_predict(new))
@@ -81,7 +84,9 @@ def _predict(profile: Profile) -> Predicted:
         for t in profile.schedule:
             if t.issue_at != i:
                 continue
-            copy_free = max(now, copy_free) + t.bytes / dev.h2d_bytes_per_s * 1e3 + dev.h2d_latency_ms
+            copy_free = (
+                max(now, copy_free) + t.bytes / dev.h2d_bytes_per_s * 1e3 + dev.h2d_latency_ms
+            )
             if t.issue_at <= t.trap:
                 ready[t.trap] = copy_free
         start = max(now, ready.get(i, 0.0))
@@ -118,7 +123,9 @@ def _finish(request: ReplanRequest, timings: list[tuple[int, int, int]]) -> None
     request.profile = new
 
 
-def replan(model: nn.Module, iters: int = 3, save: str | os.PathLike[str] | None = None) -> ReplanRequest:
+def replan(
+    model: nn.Module, iters: int = 3, save: str | os.PathLike[str] | None = None
+) -> ReplanRequest:
     """Measure per-trap times over the next `iters` forwards of the installed model (e.g. after
     torch.compile), then rebuild the schedule once and, with `save`, write the new profile.
 
@@ -139,7 +146,7 @@ def replan(model: nn.Module, iters: int = 3, save: str | os.PathLike[str] | None
     return request
 
 
-def _countdown(request: ReplanRequest, runtime, last: int):
+def _countdown(request: ReplanRequest, runtime: Runtime, last: int) -> Callable[[int], None]:
     left = [request.iters]
 
     def on_exit(i: int) -> None:
@@ -148,6 +155,7 @@ def _countdown(request: ReplanRequest, runtime, last: int):
         left[0] -= 1
         if left[0] == 0:
             timings, runtime.timing, runtime.on_exit = runtime.timing, None, None
+            assert timings is not None
             _finish(request, timings)
 
     return on_exit

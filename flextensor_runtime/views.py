@@ -16,7 +16,7 @@ __all__ = ["is_dense", "placeholder", "torch_dtype", "typed_view"]
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """"bfloat16" -> torch.bfloat16 (the profile's dtype spelling back to torch)."""
+    """ "bfloat16" -> torch.bfloat16 (the profile's dtype spelling back to torch)."""
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
         raise InstallError(

@@ -55,7 +55,9 @@ class DeviceBackend(ABC):
         self._count(nbytes)
         return buf
 
-    def empty_device(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype):
+    def empty_device(
+        self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
         """A fresh typed device tensor with the given layout, counted as held."""
         t = torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
         self._count(t.numel() * t.element_size())
@@ -90,3 +92,4 @@ class DeviceBackend(ABC):
 
     def synchronize(self) -> None:
         """Wait on the host for all device work (used only outside steady state)."""
+        return None

@@ -28,7 +28,13 @@ def snapshot(model: nn.Module) -> Snapshot:
         tensors[name] = (id(t), t.detach().clone(), t.device, tuple(t.stride()), t.requires_grad)
         for attr, inner in vars(t).items():
             if isinstance(inner, torch.Tensor) and not attr.startswith("_"):
-                tensors[f"{name}.{attr}"] = (id(inner), inner.clone(), inner.device, tuple(inner.stride()), False)
+                tensors[f"{name}.{attr}"] = (
+                    id(inner),
+                    inner.clone(),
+                    inner.device,
+                    tuple(inner.stride()),
+                    False,
+                )
     forwards = {n: m.__dict__.get("forward") for n, m in model.named_modules()}
     return Snapshot(tensors, forwards)
 

@@ -36,7 +36,9 @@ class TinyLM(nn.Module):
     def __init__(self, vocab: int = 64, dim: int = 32, depth: int = 4, scaled: bool = True) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.blocks = nn.ModuleList(MlpBlock(dim, scaled=scaled and i % 2 == 0) for i in range(depth))
+        self.blocks = nn.ModuleList(
+            MlpBlock(dim, scaled=scaled and i % 2 == 0) for i in range(depth)
+        )
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         self.head.weight = self.embed.weight

@@ -31,17 +31,21 @@ from flextensor_runtime.profile import (
 from flextensor_runtime.views import is_dense
 
 
-def record_order(model: nn.Module, names: Sequence[str], *args, **kwargs) -> tuple[list[str], dict[str, int]]:
+def record_order(
+    model: nn.Module, names: Sequence[str], *args, **kwargs
+) -> tuple[list[str], dict[str, int]]:
     """Run one forward and return the trap names in first-call order and their call counts."""
     modules = dict(model.named_modules())
     order: list[str] = []
     calls: dict[str, int] = {}
     handles = []
     for name in names:
+
         def pre(_m, _a, name=name):
             calls[name] = calls.get(name, 0) + 1
             if name not in order:
                 order.append(name)
+
         handles.append(modules[name].register_forward_pre_hook(pre))
     try:
         with torch.no_grad():
@@ -94,7 +98,9 @@ def build_profile(
         if t in gaps_after:
             names.append(f"gap:{len(names)}")
             kinds.append("gap")
-    module_traps = [manual.get(n, [n]) if k != "gap" else [] for n, k in zip(names, kinds)]
+    module_traps = [
+        manual.get(n, [n]) if k != "gap" else [] for n, k in zip(names, kinds, strict=True)
+    ]
     entries = model_tensor_entries(model)
     owner = {e.name: _trap_of(_owner(e), module_traps) for e in entries}
     want = set(names) if streamed is None else set(streamed)

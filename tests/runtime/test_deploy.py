@@ -46,7 +46,10 @@ def test_inner_fields_and_buffers_are_streamed() -> None:
     model, ids = tiny_lm(), _ids()
     profile = build_profile(model, block_names(model))
     streamed = {e.name: e for e in profile.all_tensors() if e.placement == "streamed"}
-    assert "blocks.0.up.weight.scale" in streamed and streamed["blocks.0.up.weight.scale"].kind == "inner"
+    assert (
+        "blocks.0.up.weight.scale" in streamed
+        and streamed["blocks.0.up.weight.scale"].kind == "inner"
+    )
     assert "blocks.1.gain" in streamed and streamed["blocks.1.gain"].kind == "buffer"
     with torch.no_grad():
         plain = model(ids)
@@ -130,7 +133,7 @@ def test_partly_streamed_and_profile_file_roundtrip(tmp_path) -> None:
 
 
 def test_remove_keeps_an_own_forward_and_install_twice_is_refused() -> None:
-    model, ids = tiny_lm(), _ids()
+    model = tiny_lm()
     own = model.norm.forward
     model.norm.forward = own  # an instance-level forward set by other code
     before = snapshot(model)

@@ -43,7 +43,9 @@ def test_changed_layer_shape() -> None:
     model = tiny_lm()
     model.blocks[2].down = nn.Linear(64, 48)
     before = snapshot(model)
-    with pytest.raises(ProfileMismatchError, match=r"reshaped: blocks\.2\.down\.bias \[32\]->\[48\]"):
+    with pytest.raises(
+        ProfileMismatchError, match=r"reshaped: blocks\.2\.down\.bias \[32\]->\[48\]"
+    ):
         deploy(model, profile)
     assert_same(model, before)
 
@@ -53,7 +55,9 @@ def test_wrong_dtype() -> None:
     model = tiny_lm()
     model.blocks[1].half()
     before = snapshot(model)
-    with pytest.raises(ProfileMismatchError, match=r"re-typed: blocks\.1\.down\.bias float32->float16"):
+    with pytest.raises(
+        ProfileMismatchError, match=r"re-typed: blocks\.1\.down\.bias float32->float16"
+    ):
         deploy(model, profile)
     assert_same(model, before)
 
@@ -64,7 +68,9 @@ def test_trap_module_missing() -> None:
     profile = build_profile(with_extra, [*block_names(with_extra), "blocks.3.extra"])
     model = tiny_lm()
     before = snapshot(model)
-    with pytest.raises(ProfileMismatchError, match=r"traps 1 modules this model lacks: blocks\.3\.extra"):
+    with pytest.raises(
+        ProfileMismatchError, match=r"traps 1 modules this model lacks: blocks\.3\.extra"
+    ):
         deploy(model, profile)
     assert_same(model, before)
 
@@ -115,7 +121,7 @@ def test_failure_midway_rolls_back(mode: str) -> None:
 def test_damaged_profile_file(tmp_path) -> None:
     path = tmp_path / "bad.msgpack"
     path.write_bytes(b"\x81\xa3not a profile")
-    with pytest.raises(ProfileFormatError, match="bad.msgpack"):
+    with pytest.raises(ProfileFormatError, match=r"bad\.msgpack"):
         load_profile(path)
     model = tiny_lm()
     before = snapshot(model)
@@ -128,7 +134,7 @@ def test_inference_only_guard() -> None:
     model = tiny_lm()
     ids = torch.randint(0, 64, (2, 8))
     deploy(model, _profile())
-    with pytest.raises(InferenceOnlyError, match="torch.inference_mode"):
+    with pytest.raises(InferenceOnlyError, match=r"torch\.inference_mode"):
         model(ids)  # autograd on, weights require grad
     model.train()
     with pytest.raises(InferenceOnlyError, match="training mode"), torch.no_grad():

@@ -66,7 +66,9 @@ def _check_reads_see_their_transfer(profile: Profile, events: list[Event]) -> No
             assert e["transfer"] in completed
             for u in profile.schedule:
                 if u is not t and _overlap(u, t) and u.trap in last_issue:
-                    assert last_issue[u.trap] < last_issue[t.trap], "read after its bytes were overwritten"
+                    assert last_issue[u.trap] < last_issue[t.trap], (
+                        "read after its bytes were overwritten"
+                    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -81,9 +83,11 @@ def test_schedule_followed_exactly(mode: str, num_blocks: int, prefetch: int) ->
     assert {e["transfer"] for e in issues if e["at"] == -1} == cyclic
     for t in profile.schedule:
         at = [e["at"] for e in issues if e["transfer"] == t.trap and e["at"] >= 0]
-        shares_bytes = any(u is not t and _overlap(u, t) for u in profile.schedule)  # noqa: E501
+        shares_bytes = any(u is not t and _overlap(u, t) for u in profile.schedule)
         if shares_bytes or mode == "strategy":  # copied again every iteration, at the planned trap
-            assert at == [t.issue_at] * iters, f"transfer {t.trap} issued at {at}, planned {t.issue_at}"
+            assert at == [t.issue_at] * iters, (
+                f"transfer {t.trap} issued at {at}, planned {t.issue_at}"
+            )
         else:  # alone in its bytes: its copy stays valid, so it is copied exactly once
             assert len(at) + (t.trap in cyclic) == 1 and set(at) <= {t.issue_at}
     for e in issues:
@@ -102,7 +106,11 @@ def test_cyclic_prefetch_is_issued_in_the_previous_iteration() -> None:
     t = cyclic[0]
     seq = [(e.kind, e.fields) for e in events if e.kind in ("enter", "issue")]
     # in steady state the copy for trap t is issued at trap issue_at, i.e. after trap t ran
-    first_issue = next(i for i, (k, f) in enumerate(seq) if k == "issue" and f["transfer"] == t.trap and f["at"] >= 0)
+    first_issue = next(
+        i
+        for i, (k, f) in enumerate(seq)
+        if k == "issue" and f["transfer"] == t.trap and f["at"] >= 0
+    )
     entered_before = [f["trap"] for k, f in seq[:first_issue] if k == "enter"]
     assert t.trap in entered_before and entered_before[-1] == t.issue_at
 

@@ -83,7 +83,10 @@ def test_meta_tensor_missing_from_checkpoint(tmp_path) -> None:
     for name, t in _inner_scales(real).items():
         meta.blocks[int(name.split(".")[1])].up.weight.scale = t.clone()
     profile = build_profile(real, block_names(real))
-    with pytest.raises(ModelFileError, match=r"1 tensors are on the meta device and not in the checkpoint: norm\.bias"):
+    with pytest.raises(
+        ModelFileError,
+        match=r"1 tensors are on the meta device and not in the checkpoint: norm\.bias",
+    ):
         deploy(meta, profile, checkpoint=tmp_path / "part.safetensors")
     assert meta.norm.bias.is_meta and "_ft_handle" not in meta.__dict__
 

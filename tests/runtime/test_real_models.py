@@ -40,7 +40,9 @@ def _kwargs_of(run: Callable[[], torch.Tensor]) -> dict:
     return run.kwargs  # type: ignore[attr-defined]
 
 
-def _runner(model: nn.Module, out: Callable[[object], torch.Tensor], **kwargs) -> Callable[[], torch.Tensor]:
+def _runner(
+    model: nn.Module, out: Callable[[object], torch.Tensor], **kwargs
+) -> Callable[[], torch.Tensor]:
     def run() -> torch.Tensor:
         return out(model(**kwargs))
 
@@ -57,7 +59,12 @@ def test_llama(mode: str) -> None:
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
     model = LlamaForCausalLM(config).eval()
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
-    traps = ["model.embed_tokens", *(f"model.layers.{i}" for i in range(3)), "model.norm", "lm_head"]
+    traps = [
+        "model.embed_tokens",
+        *(f"model.layers.{i}" for i in range(3)),
+        "model.norm",
+        "lm_head",
+    ]
     _check(model, traps, _runner(model, lambda o: o.logits, input_ids=ids), mode)
 
 
@@ -86,7 +93,9 @@ def test_mixtral_mixture_of_experts() -> None:
     ids = torch.randint(0, 96, (2, 7), generator=torch.Generator().manual_seed(3))
     traps = [f"model.layers.{i}.{part}" for i in range(2) for part in ("self_attn", "mlp")]
     traps += ["lm_head"]
-    _check(model, traps, _runner(model, lambda o: o.logits, input_ids=ids), "allocation_block_transfer")
+    _check(
+        model, traps, _runner(model, lambda o: o.logits, input_ids=ids), "allocation_block_transfer"
+    )
 
 
 def test_diffusers_sd3_transformer() -> None:

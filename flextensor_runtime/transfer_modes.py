@@ -108,7 +108,7 @@ def make_mode(mode: str, backend: DeviceBackend, tables: Tables, regions: Sequen
             out = []
             for s in streamed[k]:
                 e = s.entry
-                dev = backend.empty_device(tuple(e.shape), tuple(e.stride), s.host.dtype)
+                dev = backend.empty_for_copy(tuple(e.shape), tuple(e.stride), s.host.dtype)
                 backend.copy_async(dev, s.host, after, done)
                 out.append(dev)
             temps[k] = out

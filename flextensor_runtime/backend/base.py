@@ -63,6 +63,12 @@ class DeviceBackend(ABC):
         self._count(t.numel() * t.element_size())
         return t
 
+    def empty_for_copy(
+        self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
+        """A per-use device tensor that the copy stream fills and the compute stream reads."""
+        return self.empty_device(shape, stride, dtype)
+
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         """Move a tensor to the device once (a resident weight); counted as held."""
         self._count(tensor.numel() * tensor.element_size())

@@ -42,6 +42,16 @@ class CudaBackend(DeviceBackend):
     def holds(self, tensor: torch.Tensor) -> bool:
         return tensor.device == self.device
 
+    def empty_for_copy(
+        self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
+        # allocated on the copy stream (so reuse of freed memory is ordered after earlier
+        # copies) and marked as used by the compute stream (so freeing waits for its readers)
+        with torch.cuda.stream(self.copy_stream):
+            t = self.empty_device(shape, stride, dtype)
+        t.record_stream(torch.cuda.current_stream(self.device))
+        return t
+
     def alloc_host(self, nbytes: int) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pinned)
 

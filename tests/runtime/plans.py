@@ -86,6 +86,7 @@ def build_profile(
     gaps_after: Collection[str] = (),
     calls: dict[str, int] | None = None,
     manual: dict[str, Sequence[str]] | None = None,
+    stream_shared: bool = False,
     align: int = 64,
     peak_extra_bytes: int = 0,
 ) -> Profile:
@@ -104,8 +105,10 @@ def build_profile(
     entries = model_tensor_entries(model)
     owner = {e.name: _trap_of(_owner(e), module_traps) for e in entries}
     want = set(names) if streamed is None else set(streamed)
-    # canonical tensors read from another trap than their own stay resident
-    pinned = {e.tie for e in entries if e.tie is not None and owner[e.name] != owner[e.tie]}
+    # canonical tensors read from another trap stay resident, unless `stream_shared`: then
+    # their transfer is held until the last trap reading them, in a block of its own
+    shared = {e.tie for e in entries if e.tie is not None and owner[e.name] != owner[e.tie]}
+    pinned = set() if stream_shared else shared
     stream_ok = {
         e.name for e in entries
         if e.tie is None and e.name not in pinned and owner[e.name] is not None
@@ -124,16 +127,22 @@ def build_profile(
         if i in layout:
             sizes[i] = off
     order = sorted(layout)
+    release = {o: o for o in order}
+    for e in entries:
+        if e.tie in shared and e.tie in stream_ok:
+            o = owner[e.tie]
+            assert o is not None and owner[e.name] is not None and owner[e.name] > o
+            release[o] = max(release[o], owner[e.name])
     nb = max(1, min(num_blocks, len(order)))
     block_of = {o: s % nb for s, o in enumerate(order)}
 
     def prev_pos(o: int) -> int:  # where the previous holder of o's block releases it
         same = [q for q in order if block_of[q] == block_of[o]]
         j = same.index(o)
-        return same[j - 1] if j > 0 else same[-1] - n
+        return release[same[j - 1]] if j > 0 else release[same[-1]] - n
 
     for o in order:  # a trap whose block is busy until the trap before it gets its own block
-        if prev_pos(o) >= o - 1:
+        if prev_pos(o) >= o - 1 or release[o] > o:
             block_of[o] = max(block_of.values()) + 1
     n_blocks = max(block_of.values(), default=-1) + 1
     blocks = tuple(
@@ -143,7 +152,7 @@ def build_profile(
     schedule = []
     for o in order:
         pos = min(o - 1, max(o - prefetch, prev_pos(o) + 1))
-        schedule.append(Transfer(o, block_of[o], 0, sizes[o], pos % n, o))
+        schedule.append(Transfer(o, block_of[o], 0, sizes[o], pos % n, release[o]))
     placed = {}
     for e in entries:
         canon = e.tie or e.name

@@ -177,3 +177,24 @@ def test_report_table_matches_event_log() -> None:
     table = report.table()
     assert table.splitlines()[5].startswith("blocks.2") and "total" in table
     assert all(t.calls == 2 for t in report.traps)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tied_weight_read_by_a_later_trap_is_held_until_then(mode: str) -> None:
+    model, ids = tiny_lm(), _ids()
+    # a gap after the head leaves room to prefetch the embedding/head weight cyclically
+    profile = build_profile(model, block_names(model), num_blocks=2, prefetch=1, mode=mode,
+                            stream_shared=True, gaps_after=["head"])  # fmt: skip
+    embed = next(t for t in profile.schedule if profile.traps[t.trap].name == "embed")
+    assert embed.release_after == block_names(model).index("head")
+    with torch.no_grad():
+        plain = model(ids)
+    before = snapshot(model)
+    h = deploy(model, profile)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(ids), plain)
+    assert h.report().stalls == 0
+    assert h.backend.peak_held_bytes <= profile.predicted.peak_bytes
+    h.remove()
+    assert_same(model, before)

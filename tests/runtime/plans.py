@@ -10,6 +10,7 @@ tensors, stay resident. Gap traps (`gap:<n>`) can be inserted after any trap.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -75,6 +76,68 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
+@dataclass(frozen=True)
+class _Options:
+    num_blocks: int
+    prefetch: int
+    align: int
+
+
+def _trap_list(traps: Sequence[str], gaps_after: Collection[str], manual: dict[str, Sequence[str]]):
+    names: list[str] = []
+    kinds: list[str] = []
+    for t in traps:
+        names.append(t)
+        kinds.append("manual" if t in manual else "module")
+        if t in gaps_after:
+            names.append(f"gap:{len(names)}")
+            kinds.append("gap")
+    prefixes = [manual.get(n, [n]) if k != "gap" else [] for n, k in zip(names, kinds, strict=True)]
+    return names, kinds, prefixes
+
+
+def _layout(entries, owner, stream_ok, n: int, align: int) -> tuple[dict, dict]:
+    """trap order -> {tensor name: offset}, trap order -> transfer bytes."""
+    layout: dict[int, dict[str, int]] = {}
+    sizes: dict[int, int] = {}
+    for i in range(n):
+        off = 0
+        for e in entries:
+            if owner[e.name] == i and e.name in stream_ok:
+                off = _align(off, align)
+                layout.setdefault(i, {})[e.name] = off
+                off += e.bytes
+        if i in layout:
+            sizes[i] = off
+    return layout, sizes
+
+
+def _schedule(sizes: dict[int, int], release: dict[int, int], n: int, opt: _Options):
+    """Round-robin blocks, copies `prefetch` traps ahead of their reader (cyclically)."""
+    order = sorted(sizes)
+    nb = max(1, min(opt.num_blocks, len(order)))
+    block_of = {o: s % nb for s, o in enumerate(order)}
+
+    def prev_pos(o: int) -> int:  # where the previous holder of o's block releases it
+        same = [q for q in order if block_of[q] == block_of[o]]
+        j = same.index(o)
+        return release[same[j - 1]] if j > 0 else release[same[-1]] - n
+
+    for o in order:  # a trap whose block is busy until the trap before it gets its own block
+        if prev_pos(o) >= o - 1 or release[o] > o:
+            block_of[o] = max(block_of.values()) + 1
+    n_blocks = max(block_of.values(), default=-1) + 1
+    blocks = tuple(
+        Block(b, _align(max(sizes[o] for o in order if block_of[o] == b), opt.align))
+        for b in range(n_blocks)
+    )
+    schedule = []
+    for o in order:
+        pos = min(o - 1, max(o - opt.prefetch, prev_pos(o) + 1))
+        schedule.append(Transfer(o, block_of[o], 0, sizes[o], pos % n, release[o]))
+    return block_of, blocks, tuple(schedule)
+
+
 def build_profile(
     model: nn.Module,
     traps: Sequence[str],
@@ -88,22 +151,11 @@ def build_profile(
     manual: dict[str, Sequence[str]] | None = None,
     stream_shared: bool = False,
     align: int = 64,
-    peak_extra_bytes: int = 0,
 ) -> Profile:
-    names: list[str] = []
-    kinds: list[str] = []
-    manual = manual or {}
-    for t in traps:
-        names.append(t)
-        kinds.append("manual" if t in manual else "module")
-        if t in gaps_after:
-            names.append(f"gap:{len(names)}")
-            kinds.append("gap")
-    module_traps = [
-        manual.get(n, [n]) if k != "gap" else [] for n, k in zip(names, kinds, strict=True)
-    ]
+    names, kinds, prefixes = _trap_list(traps, gaps_after, manual or {})
+    n = len(names)
     entries = model_tensor_entries(model)
-    owner = {e.name: _trap_of(_owner(e), module_traps) for e in entries}
+    owner = {e.name: _trap_of(_owner(e), prefixes) for e in entries}
     want = set(names) if streamed is None else set(streamed)
     # canonical tensors read from another trap stay resident, unless `stream_shared`: then
     # their transfer is held until the last trap reading them, in a block of its own
@@ -114,75 +166,46 @@ def build_profile(
         if e.tie is None and e.name not in pinned and owner[e.name] is not None
         and names[owner[e.name]] in want and is_dense(e.shape, e.stride) and e.bytes > 0
     }  # fmt: skip
-    n = len(names)
-    layout: dict[int, dict[str, int]] = {}
-    sizes: dict[int, int] = {}
-    for i in range(n):
-        off = 0
-        for e in entries:
-            if owner[e.name] == i and e.name in stream_ok:
-                off = _align(off, align)
-                layout.setdefault(i, {})[e.name] = off
-                off += e.bytes
-        if i in layout:
-            sizes[i] = off
-    order = sorted(layout)
-    release = {o: o for o in order}
+    layout, sizes = _layout(entries, owner, stream_ok, n, align)
+    release = {o: o for o in sizes}
     for e in entries:
         if e.tie in shared and e.tie in stream_ok:
             o = owner[e.tie]
             assert o is not None and owner[e.name] is not None and owner[e.name] > o
             release[o] = max(release[o], owner[e.name])
-    nb = max(1, min(num_blocks, len(order)))
-    block_of = {o: s % nb for s, o in enumerate(order)}
-
-    def prev_pos(o: int) -> int:  # where the previous holder of o's block releases it
-        same = [q for q in order if block_of[q] == block_of[o]]
-        j = same.index(o)
-        return release[same[j - 1]] if j > 0 else release[same[-1]] - n
-
-    for o in order:  # a trap whose block is busy until the trap before it gets its own block
-        if prev_pos(o) >= o - 1 or release[o] > o:
-            block_of[o] = max(block_of.values()) + 1
-    n_blocks = max(block_of.values(), default=-1) + 1
-    blocks = tuple(
-        Block(b, _align(max(sizes[o] for o in order if block_of[o] == b), align))
-        for b in range(n_blocks)
-    )  # fmt: skip
-    schedule = []
-    for o in order:
-        pos = min(o - 1, max(o - prefetch, prev_pos(o) + 1))
-        schedule.append(Transfer(o, block_of[o], 0, sizes[o], pos % n, release[o]))
+    block_of, blocks, schedule = _schedule(sizes, release, n, _Options(num_blocks, prefetch, align))
     placed = {}
     for e in entries:
         canon = e.tie or e.name
-        if canon in stream_ok:
-            i = owner[canon]
-            placed[e.name] = TensorEntry(e.name, e.bytes, e.dtype, e.shape, e.stride, "streamed",
-                                         block_of[i], layout[i][canon], e.tie, e.kind)  # fmt: skip
-        else:
-            placed[e.name] = e
+        i = owner[canon]
+        placed[e.name] = e if canon not in stream_ok else TensorEntry(
+            e.name, e.bytes, e.dtype, e.shape, e.stride, "streamed", block_of[i], layout[i][canon],
+            e.tie, e.kind)  # fmt: skip
     trap_objs = tuple(
         Trap(names[i], kinds[i], 1.0,
              tuple(placed[e.name] for e in entries if owner[e.name] == i) if kinds[i] != "gap" else (),
              (calls or {}).get(names[i], 1))
         for i in range(n)
     )  # fmt: skip
-    untrapped = tuple(placed[e.name] for e in entries if owner[e.name] is None)
+    return _assemble(trap_objs, placed, entries, owner, blocks, schedule, mode)
+
+
+def _assemble(trap_objs, placed, entries, owner, blocks, schedule, mode: str) -> Profile:
     all_e = list(placed.values())
     resident = sum(e.bytes for e in all_e if e.placement == "resident" and e.tie is None)
     streamed_b = sum(e.bytes for e in all_e if e.placement != "resident" and e.tie is None)
-    peak = resident + sum(b.bytes for b in blocks) + peak_extra_bytes
+    peak = resident + sum(b.bytes for b in blocks)
+    n = float(len(trap_objs))
     profile = Profile(
         meta=Meta("test-planner", torch.__version__, "tests/runtime/plans.py", "synthetic"),
         model=fingerprint(all_e),
         device=DeviceSpec("cpu", 1 << 36, 1e10, kind="cpu"),
-        config=PlanConfig(transfer_mode=mode, num_blocks=n_blocks, strategy="nth-layer"),
+        config=PlanConfig(transfer_mode=mode, num_blocks=len(blocks), strategy="nth-layer"),
         traps=trap_objs,
         blocks=blocks,
-        schedule=tuple(schedule),
-        predicted=Predicted(float(n), float(n), 0.0, peak, resident, streamed_b),
-        untrapped=untrapped,
+        schedule=schedule,
+        predicted=Predicted(n, n, 0.0, peak, resident, streamed_b),
+        untrapped=tuple(placed[e.name] for e in entries if owner[e.name] is None),
     )
     check_profile(profile)
     return profile

@@ -17,6 +17,15 @@ def _rss_bytes() -> int:
         return int(fh.read().split()[1]) * resource.getpagesize()
 
 
+def _peak_rss_bytes() -> int:
+    # VmHWM belongs to this process image; ru_maxrss would carry over the parent's peak
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
+
+
 def cold(profile: str, depth: int, dim: int, plain: bool) -> dict[str, float]:
     t0 = time.perf_counter()
     import torch
@@ -60,7 +69,7 @@ def rss(profile: str, checkpoint: str, depth: int, dim: int, plain: bool) -> dic
         offload_from_profile(model, profile, device="cpu", checkpoint=checkpoint)
     with torch.inference_mode():
         model(torch.randn(1, dim))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _peak_rss_bytes()
     return {"base_bytes": base, "peak_bytes": peak, "added_bytes": peak - base}
 
 

@@ -241,6 +241,7 @@ def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
         runtime = Runtime(tables, [t.name for t in profile.traps], dep.backend, hooks.copy_fns,
                           hooks.bind_fn, hooks.unbind_fn, hooks.free_fn,
                           dep.log.raw if dep.log is not None else None)  # fmt: skip
+        runtime.calls = [t.calls for t in profile.traps]
         for i, trap in enumerate(profile.traps):
             params = {id(r.tensor): r.tensor for e in trap.tensors
                       for r in [dep.binding.refs[e.name]] if isinstance(r.tensor, nn.Parameter)}  # fmt: skip

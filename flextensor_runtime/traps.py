@@ -68,6 +68,8 @@ class Runtime:
         self.on_exit: Callable[[int], None] | None = None  # replan's iteration counter
         self._sync = backend.synchronous
         self.index = {name: i for i, name in enumerate(self.trap_names)}
+        self.calls = [1] * len(trap_names)  # planned calls per iteration (`Trap.calls`)
+        self._calls_seen = [0] * len(trap_names)
 
     def set_tables(self, tables: Tables) -> None:
         """Swap in a rebuilt schedule over the same transfers (strategy replan)."""
@@ -173,7 +175,7 @@ class Runtime:
                 self._unbind(k)
             if log is not None:
                 log.append(("release", tables.transfers[k].transfer.trap, i))
-        if self._free is not None:
+        if self._free is not None and self._last_call(i):
             for k in tables.releases[i]:
                 if not self.active[k] and self.valid[k]:
                     self.valid[k] = False
@@ -187,6 +189,14 @@ class Runtime:
             self.exit(g)
         if self.on_exit is not None:
             self.on_exit(i)
+
+    def _last_call(self, i: int) -> bool:
+        """Whether this exit ends the trap's planned calls for the iteration (`Trap.calls`)."""
+        self._calls_seen[i] += 1
+        if self._calls_seen[i] < self.calls[i]:
+            return False
+        self._calls_seen[i] = 0
+        return True
 
     def reset_counters(self) -> None:
         self.counters = [TrapCounters() for _ in self.trap_names]

@@ -167,7 +167,8 @@ def build_profile(
         and names[owner[e.name]] in want and is_dense(e.shape, e.stride) and e.bytes > 0
     }  # fmt: skip
     layout, sizes = _layout(entries, owner, stream_ok, n, align)
-    release = {o: o for o in sizes}
+    # a trap called more than once per iteration keeps its bytes until the iteration ends
+    release = {o: n - 1 if (calls or {}).get(names[o], 1) > 1 else o for o in sizes}
     for e in entries:
         if e.tie in shared and e.tie in stream_ok:
             o = owner[e.tie]

@@ -137,7 +137,7 @@ class Runtime:
     def enter(self, i: int) -> None:
         start = time.perf_counter_ns()
         self._guard(i)
-        log, tables, active, valid = self.log, self.tables, self.active, self.valid
+        log, tables, active = self.log, self.tables, self.active
         if log is not None:
             log.append(("enter", i))
         counters = self.counters[i]
@@ -145,10 +145,24 @@ class Runtime:
         reads = tables.reads[i]
         for k in reads:
             active[k] += 1
+        try:
+            self._issue_and_wait(i, counters)
+        except BaseException:
+            for k in reads:
+                active[k] -= 1
+            raise
+        if self.timing is not None:  # measuring (replan): synchronise so times are compute only
+            self.backend.synchronize()
+        now = time.perf_counter_ns()
+        counters.enter_ns += now - start
+        self._entered_ns[i] = now
+
+    def _issue_and_wait(self, i: int, counters: TrapCounters) -> None:
+        log, tables, valid = self.log, self.tables, self.valid
         for k in tables.issues[i]:
             if not valid[k]:
                 self.issue(k, at=i)
-        for k in reads:
+        for k in tables.reads[i]:
             if not valid[k]:
                 counters.stalls += 1
                 self.issue(k, at=i, demand=True)
@@ -157,11 +171,6 @@ class Runtime:
                 log.append(("wait", tables.transfers[k].transfer.trap, i))
             if self._bind is not None:
                 self._bind(k)
-        if self.timing is not None:  # measuring (replan): synchronise so times are compute only
-            self.backend.synchronize()
-        now = time.perf_counter_ns()
-        counters.enter_ns += now - start
-        self._entered_ns[i] = now
 
     def exit(self, i: int) -> None:
         log, tables = self.log, self.tables

@@ -43,12 +43,12 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(BIN)/ruff check flextensor_runtime flextensor_compile tests bench
+	$(BIN)/ruff check $(wildcard flextensor_runtime flextensor_compile tests bench profiles)
 	$(BIN)/ruff format --check flextensor_runtime flextensor_compile
 	$(BIN)/mypy
 
 fuzz: $(STAMP)
-	FLEXTENSOR_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/test_profile_fuzz.py -p no:cacheprovider
+	FLEXTENSOR_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/format/test_profile_fuzz.py -p no:cacheprovider
 
 golden: $(STAMP)
 	$(BIN)/python -m profiles.regenerate

@@ -1,1 +1,1 @@
-"""Benchmarks (`make bench`): speed and memory targets live here, never in unit tests."""
+"""Benchmarks: one package per area, each runnable as `python -m bench.<area>`."""

@@ -8,7 +8,7 @@ imports `flextensor_compile`, typer or rich.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -83,18 +83,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
-
-
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from flextensor_runtime.errors import (
-        BudgetError,
-        ConfigError,
-        FlextensorError,
-        InferenceOnlyError,
-        InstallError,
-        ProfileError,
-        ProfileFormatError,
-        ProfileMismatchError,
-        ProfileVersionError,
-    )
-    from flextensor_runtime.profile import Profile

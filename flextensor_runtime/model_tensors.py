@@ -31,7 +31,7 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int,
     ptr = t.untyped_storage().data_ptr()
     if ptr == 0:
         return None
-    return (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+    return (ptr, int(t.storage_offset()), tuple(t.shape), tuple(t.stride()))
 
 
 def _inner_fields(param: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:

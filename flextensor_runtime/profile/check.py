@@ -9,6 +9,7 @@ Must not know: msgpack, files, torch.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from math import prod
 
 from flextensor_runtime.errors import BudgetError, ProfileFormatError
@@ -161,7 +162,7 @@ def _check_streamed_inside(
             raise _bad(f"trap {order} has a transfer but no streamed tensors")
     for items in spans.values():
         items.sort()
-        for (_, end, a), (start, _, b) in zip(items, items[1:], strict=False):
+        for (_, end, a), (start, _, b) in pairwise(items):
             if start < end:
                 raise _bad(f"streamed tensors {a!r} and {b!r} overlap in their block")
 
@@ -173,7 +174,7 @@ def _check_block_overlaps(profile: Profile, n: int) -> None:
             active[(t.block, slot)].append((t.offset, t.offset + t.bytes, t.trap))
     for (block, slot), items in active.items():
         items.sort()
-        for (_, end, a), (start, _, b) in zip(items, items[1:], strict=False):
+        for (_, end, a), (start, _, b) in pairwise(items):
             if start < end:
                 raise _bad(
                     f"transfers of traps {a} and {b} hold the same bytes of block {block} "
@@ -183,8 +184,12 @@ def _check_block_overlaps(profile: Profile, n: int) -> None:
 
 def _check_predicted(profile: Profile, blocks: dict[int, Block]) -> None:
     p = profile.predicted
-    resident = sum(e.bytes for e in profile.all_tensors() if e.placement == "resident" and not e.tie)
-    streamed = sum(e.bytes for e in profile.all_tensors() if e.placement != "resident" and not e.tie)
+    resident = sum(
+        e.bytes for e in profile.all_tensors() if e.placement == "resident" and not e.tie
+    )
+    streamed = sum(
+        e.bytes for e in profile.all_tensors() if e.placement != "resident" and not e.tie
+    )
     if p.resident_bytes != resident or p.streamed_bytes != streamed:
         raise _bad(
             f"predicted resident/streamed bytes {p.resident_bytes}/{p.streamed_bytes} differ from "

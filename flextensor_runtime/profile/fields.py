@@ -50,17 +50,17 @@ class Reader:
         path = f"{self.path}.{key}" if self.path else key
         return Reader(self.value[key], path)
 
-    def map(self) -> dict[str, Any]:
+    def as_map(self) -> dict[str, Any]:
         if not isinstance(self.value, dict):
             raise self.fail("a map")
         return self.value
 
-    def list(self) -> list[Reader]:
+    def as_list(self) -> list[Reader]:
         if not isinstance(self.value, list):
             raise self.fail("a list")
         return [self.child(i) for i in range(len(self.value))]
 
-    def int(self, lo: int = 0, hi: int = MAX_BYTES) -> int:
+    def as_int(self, lo: int = 0, hi: int = MAX_BYTES) -> int:
         v = self.value
         if not isinstance(v, int) or isinstance(v, bool):
             raise self.fail("an integer")
@@ -68,7 +68,7 @@ class Reader:
             raise self.fail(f"an integer in [{lo}, {hi}]")
         return v
 
-    def float(self, lo: float = 0.0, hi: float = 1e18) -> float:
+    def as_float(self, lo: float = 0.0, hi: float = 1e18) -> float:
         v = self.value
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise self.fail("a number")
@@ -77,7 +77,7 @@ class Reader:
             raise self.fail(f"a finite number in [{lo}, {hi:g}]")
         return f
 
-    def str(self, choices: tuple[str, ...] | None = None, max_len: int = 4096) -> str:
+    def as_str(self, choices: tuple[str, ...] | None = None, max_len: int = 4096) -> str:
         v = self.value
         if not isinstance(v, str) or len(v) > max_len:
             raise self.fail(f"a string of at most {max_len} characters")
@@ -85,7 +85,7 @@ class Reader:
             raise self.fail("one of " + ", ".join(repr(c) for c in choices))
         return v
 
-    def bool(self) -> bool:
+    def as_bool(self) -> bool:
         if not isinstance(self.value, bool):
             raise self.fail("true or false")
         return self.value
@@ -93,16 +93,16 @@ class Reader:
     def optional(self, parse: Callable[[Reader], T]) -> T | None:
         return None if self.value is None else parse(self)
 
-    def ints(self, lo: int = 0, hi: int = MAX_BYTES) -> tuple[int, ...]:
-        return tuple(r.int(lo, hi) for r in self.list())
+    def as_ints(self, lo: int = 0, hi: int = MAX_BYTES) -> tuple[int, ...]:
+        return tuple(r.as_int(lo, hi) for r in self.as_list())
 
-    def strs(self) -> tuple[str, ...]:
-        return tuple(r.str() for r in self.list())
+    def as_strs(self) -> tuple[str, ...]:
+        return tuple(r.as_str() for r in self.as_list())
 
 
 def read_section(reader: Reader, spec: Mapping[str, Callable[[Reader], Any]]) -> dict[str, Any]:
     """Parse a map whose keys must be exactly `spec`'s; returns field name -> parsed value."""
-    raw = reader.map()
+    raw = reader.as_map()
     missing = [k for k in spec if k not in raw]
     if missing:
         where = reader.path or "top level"

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-
 FORMAT = "flextensor-profile"
 VERSION = 1
 PLACEMENTS = ("resident", "streamed", "disk")
@@ -143,6 +142,10 @@ class Trap(_Normalized):
     tensors: tuple[TensorEntry, ...] = ()
     calls: int = 1
 
+    def __post_init__(self) -> None:
+        _normalize(self)  # canonical order: tensors by name
+        object.__setattr__(self, "tensors", tuple(sorted(self.tensors, key=lambda t: t.name)))
+
 
 @dataclass(frozen=True)
 class Block:
@@ -198,6 +201,14 @@ class Profile(_Normalized):
     untrapped: tuple[TensorEntry, ...] = ()
     extensions: Mapping[str, Any] = field(default_factory=dict)
     version: int = VERSION
+
+    def __post_init__(self) -> None:
+        _normalize(self)  # canonical order, so equal plans compare equal
+        object.__setattr__(self, "untrapped", tuple(sorted(self.untrapped, key=lambda t: t.name)))
+        object.__setattr__(self, "blocks", tuple(sorted(self.blocks, key=lambda b: b.id)))
+        object.__setattr__(
+            self, "schedule", tuple(sorted(self.schedule, key=lambda s: (s.trap, s.block)))
+        )
 
     def all_tensors(self) -> Iterable[TensorEntry]:
         """Every tensor entry: those owned by traps (in order), then untrapped ones."""

@@ -16,7 +16,12 @@ from typing import Any
 
 import msgpack
 
-from flextensor_runtime.errors import BudgetError, ProfileError, ProfileFormatError, ProfileVersionError
+from flextensor_runtime.errors import (
+    BudgetError,
+    ProfileError,
+    ProfileFormatError,
+    ProfileVersionError,
+)
 from flextensor_runtime.profile.check import check_profile
 from flextensor_runtime.profile.fields import MAX_COUNT, Reader, read_section
 from flextensor_runtime.profile.schema import (
@@ -45,6 +50,7 @@ _CORE_KEYS = frozenset(
     {"format", "version", "meta", "model", "device", "config", "traps", "untrapped", "blocks",
      "schedule", "predicted"}
 )  # fmt: skip
+
 
 def _tensor_doc(t: TensorEntry) -> dict[str, Any]:
     return {
@@ -93,88 +99,86 @@ def dumps(profile: Profile) -> bytes:
     return msgpack.packb(to_document(profile), use_bin_type=True)
 
 
-
-
 def _tensor(r: Reader) -> TensorEntry:
     spec = {
-        "name": lambda x: x.str(),
-        "bytes": lambda x: x.int(),
-        "dtype": lambda x: x.str(),
-        "shape": lambda x: x.ints(),
-        "stride": lambda x: x.ints(),
-        "placement": lambda x: x.str(PLACEMENTS),
-        "block": lambda x: x.optional(lambda y: y.int(0, MAX_COUNT)),
-        "offset": lambda x: x.optional(lambda y: y.int()),
-        "tie": lambda x: x.optional(lambda y: y.str()),
-        "kind": lambda x: x.str(TENSOR_KINDS),
+        "name": lambda x: x.as_str(),
+        "bytes": lambda x: x.as_int(),
+        "dtype": lambda x: x.as_str(),
+        "shape": lambda x: x.as_ints(),
+        "stride": lambda x: x.as_ints(),
+        "placement": lambda x: x.as_str(PLACEMENTS),
+        "block": lambda x: x.optional(lambda y: y.as_int(0, MAX_COUNT)),
+        "offset": lambda x: x.optional(lambda y: y.as_int()),
+        "tie": lambda x: x.optional(lambda y: y.as_str()),
+        "kind": lambda x: x.as_str(TENSOR_KINDS),
     }
     return TensorEntry(**read_section(r, spec))
 
 
 def _tensors(r: Reader) -> tuple[TensorEntry, ...]:
-    return tuple(_tensor(x) for x in r.list())
+    return tuple(_tensor(x) for x in r.as_list())
 
 
 def _trap(r: Reader) -> Trap:
     spec = {
-        "name": lambda x: x.str(),
-        "kind": lambda x: x.str(TRAP_KINDS),
-        "compute_ms": lambda x: x.float(),
-        "calls": lambda x: x.int(1, MAX_COUNT),
+        "name": lambda x: x.as_str(),
+        "kind": lambda x: x.as_str(TRAP_KINDS),
+        "compute_ms": lambda x: x.as_float(),
+        "calls": lambda x: x.as_int(1, MAX_COUNT),
         "tensors": _tensors,
     }
     return Trap(**read_section(r, spec))
 
 
 def _curve_point(r: Reader) -> BandwidthPoint:
-    spec = {"bytes": lambda x: x.int(), "bytes_per_s": lambda x: x.float(1e-9)}
+    spec = {"bytes": lambda x: x.as_int(), "bytes_per_s": lambda x: x.as_float(1e-9)}
     return BandwidthPoint(**read_section(r, spec))
 
 
 _SECTIONS: Mapping[str, Callable[[Reader], Any]] = {
     "meta": lambda r: Meta(**read_section(r, {
-        "tool_version": lambda x: x.str(), "torch_version": lambda x: x.str(),
-        "command": lambda x: x.str(max_len=65536), "timing_source": lambda x: x.str(),
+        "tool_version": lambda x: x.as_str(), "torch_version": lambda x: x.as_str(),
+        "command": lambda x: x.as_str(max_len=65536), "timing_source": lambda x: x.as_str(),
     })),
     "model": lambda r: ModelFingerprint(**read_section(r, {
-        "digest": lambda x: x.str(), "tensor_count": lambda x: x.int(0, MAX_COUNT),
-        "total_bytes": lambda x: x.int(),
+        "digest": lambda x: x.as_str(), "tensor_count": lambda x: x.as_int(0, MAX_COUNT),
+        "total_bytes": lambda x: x.as_int(),
     })),
     "device": lambda r: DeviceSpec(**read_section(r, {
-        "name": lambda x: x.str(), "memory_bytes": lambda x: x.int(),
-        "h2d_bytes_per_s": lambda x: x.float(1e-9), "h2d_latency_ms": lambda x: x.float(),
-        "bandwidth_curve": lambda x: tuple(_curve_point(p) for p in x.list()),
-        "kind": lambda x: x.str(),
+        "name": lambda x: x.as_str(), "memory_bytes": lambda x: x.as_int(),
+        "h2d_bytes_per_s": lambda x: x.as_float(1e-9), "h2d_latency_ms": lambda x: x.as_float(),
+        "bandwidth_curve": lambda x: tuple(_curve_point(p) for p in x.as_list()),
+        "kind": lambda x: x.as_str(),
     })),
     "config": lambda r: PlanConfig(**read_section(r, {
-        "include_patterns": lambda x: x.strs(), "exclude_patterns": lambda x: x.strs(),
-        "budget_bytes": lambda x: x.optional(lambda y: y.int()),
-        "mem_fraction": lambda x: x.optional(lambda y: y.float(0.0, 1.0)),
-        "transfer_budget_scale": lambda x: x.float(), "strategy": lambda x: x.str(),
-        "assignment": lambda x: x.str(), "release": lambda x: x.str(),
-        "transfer_mode": lambda x: x.str(),
-        "num_blocks": lambda x: x.optional(lambda y: y.int(0, MAX_COUNT)),
-        "min_blocks": lambda x: x.int(0, MAX_COUNT), "pinned_memory": lambda x: x.bool(),
-        "activation_reserve_bytes": lambda x: x.int(), "seed": lambda x: x.int(0, 2**63),
+        "include_patterns": lambda x: x.as_strs(), "exclude_patterns": lambda x: x.as_strs(),
+        "budget_bytes": lambda x: x.optional(lambda y: y.as_int()),
+        "mem_fraction": lambda x: x.optional(lambda y: y.as_float(0.0, 1.0)),
+        "transfer_budget_scale": lambda x: x.as_float(), "strategy": lambda x: x.as_str(),
+        "assignment": lambda x: x.as_str(), "release": lambda x: x.as_str(),
+        "transfer_mode": lambda x: x.as_str(),
+        "num_blocks": lambda x: x.optional(lambda y: y.as_int(0, MAX_COUNT)),
+        "min_blocks": lambda x: x.as_int(0, MAX_COUNT), "pinned_memory": lambda x: x.as_bool(),
+        "activation_reserve_bytes": lambda x: x.as_int(), "seed": lambda x: x.as_int(0, 2**63),
     })),
-    "traps": lambda r: tuple(_trap(x) for x in r.list()),
+    "traps": lambda r: tuple(_trap(x) for x in r.as_list()),
     "untrapped": _tensors,
     "blocks": lambda r: tuple(
-        Block(**read_section(x, {"id": lambda y: y.int(0, MAX_COUNT), "bytes": lambda y: y.int()}))
-        for x in r.list()
+        Block(**read_section(x, {"id": lambda y: y.as_int(0, MAX_COUNT), "bytes": lambda y: y.as_int()}))
+        for x in r.as_list()
     ),
     "schedule": lambda r: tuple(
         Transfer(**read_section(x, {
-            k: (lambda y: y.int()) for k in ("offset", "bytes")
-        } | {k: (lambda y: y.int(0, MAX_COUNT)) for k in
+            k: (lambda y: y.as_int()) for k in ("offset", "bytes")
+        } | {k: (lambda y: y.as_int(0, MAX_COUNT)) for k in
              ("trap", "block", "issue_at", "release_after")}))
-        for x in r.list()
+        for x in r.as_list()
     ),
     "predicted": lambda r: Predicted(**read_section(r, {
-        "compute_ms": lambda x: x.float(), "makespan_ms": lambda x: x.float(),
-        "stall_ms": lambda x: x.float(), "peak_bytes": lambda x: x.int(),
-        "resident_bytes": lambda x: x.int(), "streamed_bytes": lambda x: x.int(),
-        "trap_stall_ms": lambda x: tuple(p.float() for p in x.list()),
+        "compute_ms": lambda x: x.as_float(), "makespan_ms": lambda x: x.as_float(),
+        "stall_ms": lambda x: x.as_float(), "peak_bytes": lambda x: x.as_int(),
+        "resident_bytes": lambda x: x.as_int(), "streamed_bytes": lambda x: x.as_int(),
+        "trap_stall_ms": lambda x: tuple(p.as_float() for p in x.as_list()),
     })),
 }  # fmt: skip
 

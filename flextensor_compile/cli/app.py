@@ -1,0 +1,57 @@
+"""The `ftc` typer application: global options and command registration.
+
+Owns: the command tree and the entry point. Commands live in `<name>_cmd.py` modules, each with a
+`register(app)` function; heavy imports (torch, the compiler) happen inside commands so
+`ftc --help` is instant and imports no torch. Must not know: what commands compute.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from flextensor_compile import __version__
+from flextensor_compile.cli import inspect_cmd
+from flextensor_compile.cli.errors import run_guarded
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="ftc",
+    help="flextensor offload profile compiler: plan weight offloading ahead of time.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+# Each command module adds its commands here.
+for _module in (inspect_cmd,):
+    _module.register(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"ftc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback when a command fails."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """flextensor offload profile compiler."""
+
+
+def main() -> None:
+    """Console entry point: run the app and map errors to one line and an exit code."""
+    debug = "--debug" in sys.argv[1:]
+    sys.exit(run_guarded(lambda: app(prog_name="ftc"), debug))
+
+
+if __name__ == "__main__":
+    main()

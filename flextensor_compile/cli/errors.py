@@ -1,0 +1,68 @@
+"""One table from error types to the one-line message `ftc` prints, and the exit codes.
+
+Owns: how failures look on the command line. Without `--debug` every error is one line on
+stderr and exit code 1; with it, the traceback follows. Must not know: what the commands do.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+
+from flextensor_runtime import errors as e
+
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "label_for", "run_guarded"]
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+# Most specific first: the first matching type gives the label.
+_LABELS: tuple[tuple[type[BaseException], str], ...] = (
+    (e.ProfileVersionError, "profile version"),
+    (e.ProfileMismatchError, "profile mismatch"),
+    (e.ProfileFormatError, "invalid profile"),
+    (e.BudgetError, "budget"),
+    (e.StatsFormatError, "invalid stats"),
+    (e.ModelFileError, "model file"),
+    (e.ConfigError, "invalid option"),
+    (e.BackendUnavailableError, "unavailable"),
+    (e.FlextensorError, "error"),
+    (OSError, "file error"),
+    (MemoryError, "out of memory"),
+)
+
+
+def label_for(exc: BaseException) -> str | None:
+    """The label for an expected error type, or None for a bug."""
+    for kind, label in _LABELS:
+        if isinstance(exc, kind):
+            return label
+    return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def run_guarded(fn: Callable[[], object], debug: bool) -> int:
+    """Run the CLI; turn any exception into one stderr line (plus traceback with --debug)."""
+    try:
+        fn()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:
+        print("ftc: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:
+        if debug:
+            traceback.print_exc()
+        label = label_for(exc)
+        if label is None:
+            msg = f"ftc: internal error: {type(exc).__name__}: {_one_line(str(exc))}"
+            msg += "" if debug else " (rerun with --debug for the traceback and report it)"
+        else:
+            msg = f"ftc: {label}: {_one_line(str(exc))}"
+        print(msg, file=sys.stderr)
+        return EXIT_ERROR
+    return 0

@@ -1,0 +1,98 @@
+"""Rich rendering shared by `ftc` commands: consoles, JSON output, the profile summary and trap table.
+
+Owns: how documents look in a terminal. Must not know: how they are computed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from flextensor_compile.units import format_bytes, format_rate
+
+__all__ = ["err_console", "out_console", "print_json", "render_inspect"]
+
+
+def out_console() -> Console:
+    return Console(highlight=False)
+
+
+def err_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def print_json(doc: Any) -> None:
+    """Machine-readable output: one JSON document on stdout."""
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def _summary(doc: dict[str, Any]) -> Table:
+    dev, tot, pred = doc["device"], doc["totals"], doc["predicted"]
+    budget = doc["budget_bytes"]
+    budget_text = "none (latency mode)" if budget is None else (
+        f"{format_bytes(budget)} ({budget / dev['memory_bytes']:.0%} of device)")  # fmt: skip
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows = [
+        ("model", f"{doc['model']['tensor_count']} tensors, "
+                  f"{format_bytes(doc['model']['total_bytes'])}  [dim]{doc['model']['digest'][:16]}[/]"),
+        ("device", f"{dev['name']} ({dev['kind']}), {format_bytes(dev['memory_bytes'])}, "
+                   f"h2d {format_rate(dev['h2d_bytes_per_s'])}"),
+        ("budget", budget_text),
+        ("strategy", f"{doc['config']['strategy']}, {doc['config']['transfer_mode']}"),
+        ("resident", format_bytes(tot["resident_bytes"])),
+        ("streamed", f"{format_bytes(tot['streamed_bytes'])} in {tot['transfer_count']} transfers"
+                     + (f" ({format_bytes(tot['disk_bytes'])} from disk)" if tot["disk_bytes"] else "")),
+        ("blocks", f"{len(doc['blocks'])} blocks, {format_bytes(tot['blocks_bytes'])}"),
+        ("peak", format_bytes(pred["peak_bytes"])),
+        ("predicted", f"compute {pred['compute_ms']:.3f} ms, makespan {pred['makespan_ms']:.3f} ms, "
+                      f"stall {pred['stall_ms']:.3f} ms (overhead {pred['overhead']:.1%})"),
+        ("made by", doc["meta"]["command"] or "-"),
+    ]  # fmt: skip
+    if doc["extensions"]:
+        rows.append(("sections", ", ".join(doc["extensions"])))
+    for key, value in rows:
+        grid.add_row(key, value)
+    return grid
+
+
+def _trap_table(doc: dict[str, Any]) -> Table:
+    table = Table(
+        title="traps in execution order (prefetch: the trap during which the copy is issued; "
+        "↺ = previous iteration)",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        show_edge=False,
+        pad_edge=False,
+    )
+    table.add_column("#", justify="right", no_wrap=True, min_width=2)
+    table.add_column("trap", no_wrap=True, overflow="ellipsis", min_width=8)
+    for col in ("kind", "ms", "resident", "streamed", "blk", "prefetch", "stall"):
+        table.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
+    for t in doc["traps"]:
+        cyclic = t["prefetch_at"] is not None and t["prefetch_at"] >= t["order"]
+        prefetch = "-" if t["prefetch_at"] is None else (
+            f"{t['prefetch_at']}{'↺' if cyclic else ''}")  # fmt: skip
+        table.add_row(
+            str(t["order"]), t["name"], t["kind"], f"{t['compute_ms']:.3f}",
+            format_bytes(t["resident_bytes"]) if t["resident_bytes"] else "-",
+            format_bytes(t["streamed_bytes"]) if t["streamed_bytes"] else "-",
+            "-" if t["block"] is None else str(t["block"]), prefetch,
+            "-" if t["stall_ms"] is None else f"{t['stall_ms']:.3f}",
+        )  # fmt: skip
+    return table
+
+
+def render_inspect(doc: dict[str, Any], console: Console) -> None:
+    """The human view of a profile: a summary, then the per-trap table."""
+    console.print(_summary(doc))
+    console.print()
+    console.print(_trap_table(doc))

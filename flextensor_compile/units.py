@@ -1,0 +1,58 @@
+"""Human sizes and rates: parsing `6GiB`, `24GB/s`, and printing bytes for people.
+
+Owns: the unit suffixes the CLI accepts and how sizes are shown. Must not know: torch, profiles.
+"""
+
+from __future__ import annotations
+
+import re
+
+from flextensor_runtime.errors import ConfigError
+
+__all__ = ["format_bytes", "format_rate", "parse_rate", "parse_size"]
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
+    "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """`"6GiB"` -> 6442450944; plain numbers are bytes. Raises ConfigError naming the value."""
+    m = _SIZE.match(str(text))
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise ConfigError(
+            f"{what} {text!r} is not a size; write bytes or a number with a unit, e.g. 6GiB, "
+            "500MB, 1.5e9"
+        )
+    value = float(m.group(1)) * _UNITS[unit]
+    if value <= 0 or value > 2**50:
+        raise ConfigError(f"{what} {text!r} is out of range; give a positive size up to 1 PiB")
+    return int(value)
+
+
+def parse_rate(text: str, what: str = "bandwidth") -> float:
+    """`"24GB/s"` -> 24e9 bytes per second (the `/s` is optional)."""
+    raw = str(text).strip()
+    body = raw[:-2] if raw.lower().endswith("/s") else raw
+    return float(parse_size(body, what))
+
+
+def format_bytes(n: int | float | None) -> str:
+    """1536 -> "1.5 KiB" (binary units, 3 significant figures)."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.3g} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """24e9 -> "24.0 GB/s" (decimal units, as bandwidths are usually quoted)."""
+    return f"{bytes_per_s / 1e9:.1f} GB/s"

@@ -1,0 +1,222 @@
+"""Stateless token pruning: score tokens, keep the top share of a segment, scatter them back.
+
+Owns: `TokenScoreMethod`, `select_token_indices`, `prune_tokens`, `restore_tokens` and
+`TokenPruneState` (re-exported by `tokens`, their public home). Nothing here keeps state
+between calls and nothing reads a tensor back to the host, so selection costs no sync.
+Must not know: denoising steps or previous-step compensation (see `tokens.TokenPruner`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+from flextensor_runtime.errors import ConfigError, TokenPruneError
+
+__all__ = [
+    "TokenPruneState",
+    "TokenScoreMethod",
+    "kept_count",
+    "parse_score_method",
+    "prune_tokens",
+    "restore_tokens",
+    "select_token_indices",
+]
+
+
+class TokenScoreMethod(str, Enum):
+    """How tokens are ranked; higher-scoring tokens are kept.
+
+    FEAT_NORM: L2 norm of each token's features (over batch and feature dims together).
+    RANDOM: a uniformly random subset drawn from a CPU generator seeded with `random_seed`.
+    VELOCITY: L2 norm of each token in `previous_velocity` (how fast the token moved last step).
+    """
+
+    FEAT_NORM = "feat_norm"
+    RANDOM = "random"
+    VELOCITY = "velocity"
+
+
+@dataclass(frozen=True)
+class TokenPruneState:
+    """Metadata needed to reconstruct a pruned token segment.
+
+    `indices` (ascending, int64, 1-D) are positions inside the segment `[start, end)` of a
+    sequence of `full_length` tokens along `seq_dim`.
+    """
+
+    indices: torch.Tensor
+    start: int
+    end: int
+    full_length: int
+    seq_dim: int
+
+    @property
+    def count(self) -> int:
+        """Number of retained tokens; used to slice the compacted sequence."""
+        return int(self.indices.numel())
+
+    @property
+    def compact_length(self) -> int:
+        """Sequence length of the compacted tensor: tokens outside the segment plus kept ones."""
+        return self.full_length - (self.end - self.start) + self.count
+
+
+def parse_score_method(method: TokenScoreMethod | str) -> TokenScoreMethod:
+    try:
+        return TokenScoreMethod(method)
+    except ValueError:
+        names = ", ".join(repr(m.value) for m in TokenScoreMethod)
+        raise ConfigError(f"token score method {method!r} is unknown; use one of {names}") from None
+
+
+def kept_count(length: int, keep_ratio: float) -> int:
+    """Tokens kept out of `length`: ceil(keep_ratio * length), at least one."""
+    bad = isinstance(keep_ratio, bool) or not isinstance(keep_ratio, (int, float))
+    if bad or not 0.0 < keep_ratio <= 1.0:
+        raise ConfigError(f"keep_ratio={keep_ratio!r} is invalid; pass a number in (0, 1]")
+    return max(1, min(length, math.ceil(keep_ratio * length - 1e-9)))
+
+
+def _seq_dim(tensor: torch.Tensor, seq_dim: int) -> int:
+    if not -tensor.dim() <= seq_dim < tensor.dim():
+        raise ConfigError(
+            f"seq_dim={seq_dim} is out of range for a tensor of shape {tuple(tensor.shape)}; "
+            "pass the index of the token dimension"
+        )
+    return seq_dim % tensor.dim()
+
+
+def _token_norms(tensor: torch.Tensor, seq_dim: int) -> torch.Tensor:
+    length = tensor.shape[seq_dim]
+    return tensor.detach().movedim(seq_dim, 0).reshape(length, -1).float().norm(dim=1)  # [L]
+
+
+def select_token_indices(
+    hidden_states: torch.Tensor,
+    keep_ratio: float,
+    method: TokenScoreMethod | str = "feat_norm",
+    seq_dim: int = 1,
+    previous_velocity: torch.Tensor | None = None,
+    random_seed: int = 42,
+) -> torch.Tensor:
+    """Return ascending indices (int64, on the input's device) of the tokens a policy keeps.
+
+    The same indices apply to every batch element. Ties in score keep the earlier token.
+    """
+    kind = parse_score_method(method)
+    dim = _seq_dim(hidden_states, seq_dim)
+    length = hidden_states.shape[dim]
+    k = kept_count(length, keep_ratio)
+    device = hidden_states.device
+    if k == length:
+        return torch.arange(length, device=device)
+    if kind is TokenScoreMethod.RANDOM:
+        generator = torch.Generator().manual_seed(random_seed)
+        chosen = torch.randperm(length, generator=generator)[:k]
+        return chosen.sort().values.to(device)
+    if kind is TokenScoreMethod.VELOCITY:
+        if previous_velocity is None or previous_velocity.shape[dim] != length:
+            got = None if previous_velocity is None else tuple(previous_velocity.shape)
+            raise ConfigError(
+                f"method 'velocity' needs previous_velocity with {length} tokens on dim {dim}, "
+                f"got {got}; pass the previous step's velocity for the same tokens"
+            )
+        scores = _token_norms(previous_velocity.to(device), dim)
+    else:
+        scores = _token_norms(hidden_states, dim)
+    order = torch.sort(scores, descending=True, stable=True).indices[:k]
+    return order.sort().values
+
+
+def _segment(length: int, start: int, end: int | None) -> int:
+    stop = length if end is None else end
+    if not 0 <= start < stop <= length:
+        raise ConfigError(
+            f"token segment [start={start}, end={end}) is invalid for {length} tokens; "
+            "pass 0 <= start < end <= sequence length"
+        )
+    return stop
+
+
+def prune_tokens(
+    hidden_states: torch.Tensor,
+    keep_ratio: float,
+    method: TokenScoreMethod | str = "feat_norm",
+    seq_dim: int = 1,
+    start: int = 0,
+    end: int | None = None,
+    previous_velocity: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, TokenPruneState]:
+    """Gather the selected part of the segment `[start, end)` before expensive blocks.
+
+    Returns the compacted tensor (tokens before the segment, the kept segment tokens in order,
+    tokens after the segment) and the state `restore_tokens` needs. `previous_velocity` may
+    cover the whole sequence or only the segment.
+    """
+    dim = _seq_dim(hidden_states, seq_dim)
+    length = hidden_states.shape[dim]
+    stop = _segment(length, start, end)
+    segment = hidden_states.narrow(dim, start, stop - start)
+    velocity = previous_velocity
+    if velocity is not None and velocity.shape[dim] == length and stop - start != length:
+        velocity = velocity.narrow(dim, start, stop - start)
+    indices = select_token_indices(segment, keep_ratio, method, dim, velocity)
+    pieces = [
+        hidden_states.narrow(dim, 0, start),
+        segment.index_select(dim, indices),
+        hidden_states.narrow(dim, stop, length - stop),
+    ]
+    compact = torch.cat([p for p in pieces if p.shape[dim] > 0], dim=dim)
+    return compact, TokenPruneState(indices, start, stop, length, dim)
+
+
+def _base_segment(
+    processed: torch.Tensor, state: TokenPruneState, compensation: torch.Tensor | None
+) -> torch.Tensor:
+    dim, seg_len = state.seq_dim, state.end - state.start
+    shape = list(processed.shape)
+    shape[dim] = seg_len
+    if compensation is None:
+        return processed.new_zeros(shape)
+    comp = compensation
+    if comp.dim() == processed.dim() and comp.shape[dim] == state.full_length:
+        comp = comp.narrow(dim, state.start, seg_len)
+    if list(comp.shape) != shape:
+        raise TokenPruneError(
+            f"compensation of shape {tuple(compensation.shape)} does not fit segment shape "
+            f"{tuple(shape)}; pass the previous full sequence or segment in the original layout"
+        )
+    return comp.to(device=processed.device, dtype=processed.dtype)
+
+
+def restore_tokens(
+    processed: torch.Tensor,
+    state: TokenPruneState,
+    compensation: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Scatter processed tokens back to full length; dropped ones come from `compensation`.
+
+    `compensation` is the previous full sequence (or only its segment) in the original tensor
+    layout; without it, dropped tokens are zero-filled. Differentiable in `processed`.
+    """
+    dim = state.seq_dim
+    if processed.dim() <= dim or processed.shape[dim] != state.compact_length:
+        raise TokenPruneError(
+            f"processed tensor of shape {tuple(processed.shape)} does not have "
+            f"{state.compact_length} tokens on dim {dim}; pass the output for the pruned input"
+        )
+    kept = processed.narrow(dim, state.start, state.count)
+    segment = _base_segment(processed, state, compensation).index_copy(
+        dim, state.indices.to(processed.device), kept
+    )
+    tail = state.full_length - state.end
+    pieces = [
+        processed.narrow(dim, 0, state.start),
+        segment,
+        processed.narrow(dim, state.start + state.count, tail),
+    ]
+    return torch.cat([p for p in pieces if p.shape[dim] > 0], dim=dim)

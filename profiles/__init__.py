@@ -1,0 +1,1 @@
+"""Bundled example model files and their compiled profiles (goldens)."""

@@ -1,0 +1,156 @@
+"""Memory records: store bounds and eviction order, latest, top-k ranking, BaseMemory template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flextensor_runtime import BaseMemory, MemoryQuery, MemoryRecord, MemoryStore
+from flextensor_runtime.errors import ConfigError
+
+
+def test_append_defaults_timestamp_to_length_and_returns_the_stored_dict() -> None:
+    store = MemoryStore()
+    a = store.append("door opened", kind="text")
+    b = store.append("frame", kind="image", metadata={"cam": 1}, score=0.5)
+    assert a == {"content": "door opened", "kind": "text", "timestamp": 0, "metadata": {},
+                 "score": None}  # fmt: skip
+    assert b["timestamp"] == 1 and b["metadata"] == {"cam": 1}
+    assert store.records == [a, b] and store.records[1] is b and len(store) == 2
+
+
+def test_oldest_first_eviction_at_capacity() -> None:
+    store = MemoryStore(capacity=3)
+    for i in range(5):
+        store.append(f"obs {i}", timestamp=100 - i)  # timestamps decrease: order is insertion
+    assert [r["content"] for r in store] == ["obs 2", "obs 3", "obs 4"]
+
+
+def test_constructor_records_and_replace_keep_newest_within_capacity() -> None:
+    records = [MemoryRecord(f"r{i}") for i in range(4)]
+    store = MemoryStore(capacity=2, records=records)
+    assert [r["content"] for r in store] == ["r2", "r3"]
+    live = store.records
+    store.replace([{"content": "x"}])
+    assert live is store.records and live == [
+        {"content": "x", "kind": "other", "metadata": {}, "score": None, "timestamp": 0}
+    ]
+
+
+def test_evict_is_a_noop_when_unbounded_and_returns_dropped_records() -> None:
+    store = MemoryStore(records=[{"content": i} for i in range(3)])
+    assert store.evict() == [] and len(store) == 3
+    bounded = MemoryStore(capacity=2)
+    bounded.records.extend({"content": i, "kind": "other", "timestamp": i, "metadata": {}}
+                           for i in range(4))  # fmt: skip
+    assert [r["content"] for r in bounded.evict()] == [0, 1]
+    assert [r["content"] for r in bounded] == [2, 3]
+
+
+def test_latest_prefers_type_and_filters_metadata() -> None:
+    store = MemoryStore()
+    store.append("a", kind="text", metadata={"agent": 1})
+    store.append("b", kind="image", metadata={"agent": 1})
+    store.append("c", kind="text", metadata={"agent": 2})
+    store.append("d", kind="image", timestamp=-5, metadata={"agent": 2})
+    assert store.latest()["content"] == "c"  # d is older by timestamp
+    assert store.latest(prefer_type="image")["content"] == "b"
+    assert store.latest(prefer_type="text", metadata={"agent": 1})["content"] == "a"
+    assert store.latest(prefer_type="audio")["content"] == "c"  # falls back to any kind
+    assert store.latest(metadata={"agent": 3}) is None
+    assert MemoryStore().latest() is None
+
+
+def test_query_top_k_order_by_score_then_recency() -> None:
+    store = MemoryStore()
+    store.append("low", score=0.1)
+    store.append("none")
+    store.append("high", score=0.9)
+    store.append("mid-old", score=0.5, timestamp=1)
+    store.append("mid-new", score=0.5, timestamp=10)
+    got = [r["content"] for r in store.query(MemoryQuery(top_k=4))]
+    assert got == ["high", "mid-new", "mid-old", "low"]
+    assert [r["content"] for r in store.query(top_k=None)][-1] == "none"
+    assert [r["content"] for r in store.query(min_score=0.5, top_k=None)] == [
+        "high", "mid-new", "mid-old"]  # fmt: skip
+
+
+def test_query_filters_and_text_relevance() -> None:
+    store = MemoryStore()
+    store.append("red door on the left", kind="text", metadata={"room": "hall"})
+    store.append("blue door", kind="text", metadata={"room": "hall"})
+    store.append("red car", kind="text", metadata={"room": "garage"})
+    store.append("red door", kind="image")
+    got = store.query(text="red door", kind="text", top_k=3)
+    assert [r["content"] for r in got] == ["red door on the left", "red car", "blue door"]
+    assert [r["content"] for r in store.query(metadata={"room": "garage"})] == ["red car"]
+    assert [r["content"] for r in store.query(since=1, until=2, top_k=None)] == [
+        "red car", "blue door"]  # fmt: skip
+    assert store.query(text="submarine") == []
+
+
+def test_query_and_record_validation() -> None:
+    store = MemoryStore()
+    with pytest.raises(ConfigError, match="not all MemoryQuery fields"):
+        store.query(topk=3)
+    with pytest.raises(ConfigError, match="top_k"):
+        MemoryQuery(top_k=-1)
+    with pytest.raises(ConfigError, match="lacks 'content'"):
+        store.add({"kind": "text"})
+    with pytest.raises(ConfigError, match="capacity=0"):
+        MemoryStore(capacity=0)
+
+
+class CaptionMemory(BaseMemory):
+    """A concrete memory: keeps captions, compresses by joining, processes to a prompt."""
+
+    def compress(self, _memory_items: Any, **kwargs: Any) -> str:
+        return " / ".join(r["content"] for r in _memory_items)
+
+    def process(self, _refined_data: Any, _target_format: str = "kv_cache", **kwargs: Any) -> Any:
+        return {"format": _target_format, "prompt": _refined_data}
+
+
+def test_base_memory_five_stage_pipeline() -> None:
+    memory = CaptionMemory(capacity=3, model="tiny")
+    assert memory.config == {"model": "tiny"}
+    for i, text in enumerate(["cat sits", "dog runs", "cat jumps", "bird sings"]):
+        memory.record(text, metadata={"t": i}, kind="text")
+    assert memory.manage() == []  # already bounded on append
+    assert [r["content"] for r in memory.records] == ["dog runs", "cat jumps", "bird sings"]
+    picked = memory.select("cat", top_k=2)
+    assert [r["content"] for r in picked] == ["cat jumps"]
+    assert memory.process(memory.compress(memory.select(None)), "prompt") == {
+        "format": "prompt", "prompt": "bird sings / cat jumps / dog runs"}  # fmt: skip
+    assert [r["content"] for r in memory.select({"metadata": {"t": 1}})] == ["dog runs"]
+
+
+def test_base_memory_records_schema_and_helpers() -> None:
+    memory = BaseMemory(capacity=2)
+    live = memory.records
+    rec = memory.append_record("frame-0", kind="image", metadata={"cam": 0})
+    assert live == [rec] and memory.latest_record("image") is rec
+    memory.replace_records([{"content": i} for i in range(5)])
+    assert memory.records is live and [r["content"] for r in live] == [3, 4]
+    assert memory.store.capacity == 2
+    schema = memory.schema()
+    assert schema["required_keys"] == ["content", "kind", "timestamp", "metadata"]
+    assert "image" in schema["content_types"]
+    with pytest.raises(ConfigError, match="not a content type"):
+        memory.append_record("x", kind="smell")
+    with pytest.raises(NotImplementedError, match="compress"):
+        memory.compress([])
+    with pytest.raises(NotImplementedError, match="process"):
+        memory.process([])
+    with pytest.raises(ConfigError, match="not supported"):
+        memory.select(42)
+
+
+def test_memory_records_do_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import flextensor_runtime.memory_records, sys; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

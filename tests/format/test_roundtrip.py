@@ -1,0 +1,85 @@
+"""Round trips, canonical bytes, the pinned golden, atomic saves."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+from flextensor_runtime.errors import ProfileFormatError
+from flextensor_runtime.profile import dumps, load, loads, save
+from profiles.golden import format_golden
+
+GOLDEN = Path(__file__).parents[2] / "profiles" / "format_golden.msgpack"
+
+
+def test_round_trip_gives_equal_object_and_identical_bytes() -> None:
+    profile = format_golden()
+    data = dumps(profile)
+    again = loads(data)
+    assert again == profile
+    assert dumps(again) == data
+
+
+def test_golden_bytes_are_pinned() -> None:
+    # Regenerated only on purpose by `make golden` when the format changes.
+    assert dumps(format_golden()) == GOLDEN.read_bytes()
+    assert load(GOLDEN) == format_golden()
+
+
+def test_unknown_sections_survive_a_round_trip() -> None:
+    profile = dataclasses.replace(
+        format_golden(), extensions={"zz-future": {"b": [1, 2], "a": None}, "vram": {"k": 1.5}}
+    )
+    again = loads(dumps(profile))
+    assert again.extensions == {"zz-future": {"a": None, "b": [1, 2]}, "vram": {"k": 1.5}}
+
+
+def _shuffled(profile, seed: int):
+    rng = random.Random(seed)
+    traps = []
+    for trap in profile.traps:
+        tensors = list(trap.tensors)
+        rng.shuffle(tensors)
+        traps.append(dataclasses.replace(trap, tensors=tuple(tensors)))
+    blocks, schedule, untrapped = (
+        list(profile.blocks),
+        list(profile.schedule),
+        list(profile.untrapped),
+    )
+    for seq in (blocks, schedule, untrapped):
+        rng.shuffle(seq)
+    ext = dict(reversed(list(profile.extensions.items())))
+    ext["x-notes"] = dict(reversed(list(ext["x-notes"].items())))
+    return dataclasses.replace(
+        profile, traps=tuple(traps), blocks=tuple(blocks), schedule=tuple(schedule),
+        untrapped=tuple(untrapped), extensions=ext,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bytes_do_not_depend_on_the_order_parts_were_given_in(seed: int) -> None:
+    assert dumps(_shuffled(format_golden(), seed)) == dumps(format_golden())
+
+
+def test_ints_and_lists_normalise_to_floats_and_tuples() -> None:
+    golden = format_golden()
+    trap = dataclasses.replace(golden.traps[0], compute_ms=1, tensors=list(golden.traps[0].tensors))
+    a = dataclasses.replace(golden, traps=(trap, *golden.traps[1:]))
+    b = dataclasses.replace(
+        golden, traps=(dataclasses.replace(trap, compute_ms=1.0), *golden.traps[1:])
+    )
+    assert a == b and dumps(a) == dumps(b)
+
+
+def test_save_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    target = tmp_path / "p.msgpack"
+    save(format_golden(), target)
+    before = target.read_bytes()
+    broken = dataclasses.replace(format_golden(), blocks=())  # transfers name missing blocks
+    with pytest.raises(ProfileFormatError):
+        save(broken, target)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.msgpack"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,6 +41,7 @@ class OffloadHandle:
     """The installed profile of one model: `remove()`, `report()`, `events`."""
 
     deployment: Deployment
+    cache: Any = None  # the installed `caches` section (set_step, report), when the profile has one
 
     @property
     def profile(self) -> Profile:
@@ -72,6 +74,9 @@ class OffloadHandle:
         dep = self.deployment
         if dep.runtime is None:
             return
+        if self.cache is not None:
+            self.cache.remove()
+            self.cache = None
         dep.backend.synchronize()
         dep.uninstall()
         dep.runtime = None
@@ -143,9 +148,24 @@ def offload_from_profile(
     ckpt = Checkpoint(checkpoint) if checkpoint is not None else None
     dep = Deployment(model, profile, binding, be, EventLog() if log_events else None)
     install(dep, ckpt)
-    model.__dict__[_HANDLE_ATTR] = OffloadHandle(dep)
+    h = OffloadHandle(dep)
+    try:
+        h.cache = _install_cache_section(model, profile)
+    except BaseException:
+        dep.uninstall()
+        dep.runtime = None
+        raise
+    model.__dict__[_HANDLE_ATTR] = h
     current_model.set(model)
     return model
+
+
+def _install_cache_section(model: nn.Module, profile: Profile) -> Any:
+    """Install the profile's optional `caches` section, on top of the weight streaming."""
+    from flextensor_runtime.cache_section import cache_section_from_extensions, install_cache
+
+    section = cache_section_from_extensions(profile.extensions)
+    return install_cache(model, section) if section is not None else None
 
 
 def print_report(model: nn.Module) -> str:

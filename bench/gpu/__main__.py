@@ -100,6 +100,7 @@ def run(s: Setup) -> list[tuple[str, float, float, float]]:
     resident = _model(s).to(s.device)
     with torch.inference_mode():
         resident_ms = _time_ms(lambda m=resident: m(x), s)
+        reference = resident(x)
     rows.append(("resident", resident_ms, float("nan"), _peak_bytes(s) / 2**20))
     del resident
     for fraction in (0.3, 0.5, 0.7):
@@ -110,6 +111,7 @@ def run(s: Setup) -> list[tuple[str, float, float, float]]:
         offload_from_profile(model, profile, backend=backend, log_events=False)
         with torch.inference_mode():
             ms = _time_ms(lambda m=model: m(x), s)
+            assert torch.equal(model(x), reference), "offloaded output differs from resident"
         copy = _copy_ms(s, profile.predicted.streamed_bytes)
         hidden = resident_ms + copy - ms
         overlap = max(0.0, min(1.0, hidden / min(resident_ms, copy))) if copy else float("nan")

@@ -57,11 +57,7 @@ def check_mode(mode: str) -> None:
 
 def _block_copies(backend: DeviceBackend, regions: Sequence[torch.Tensor],
                   hosts: Sequence[torch.Tensor]) -> list[Callable[[list[Any], Any], None]]:  # fmt: skip
-    def make(k: int) -> Callable[[list[Any], Any], None]:
-        dst, src = regions[k], hosts[k]
-        return lambda after, done: backend.copy_async(dst, src, after, done)
-
-    return [make(k) for k in range(len(regions))]
+    return [backend.make_copy(regions[k], hosts[k]) for k in range(len(regions))]
 
 
 def _rebinders(

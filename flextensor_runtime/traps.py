@@ -60,6 +60,8 @@ class Runtime:
         self.active = [0] * n_transfers
         self.ready = [backend.new_event() for _ in range(n_transfers)]
         self.released = [backend.new_event() for _ in range(n_transfers)]
+        # a copy into shared block bytes waits for the last reader of every overlapping transfer
+        self._after = [[self.released[u] for u in p.conflicts] for p in tables.transfers]
         self.counters = [TrapCounters() for _ in trap_names]
         self.modules: list[torch.nn.Module | None] = [None] * len(trap_names)
         self.grad_tensors: list[tuple[torch.Tensor, ...]] = [() for _ in trap_names]
@@ -81,7 +83,8 @@ class Runtime:
         """Copy transfer `k` into its region unless a running trap still reads that region."""
         plan = self.tables.transfers[k]
         active, valid, log = self.active, self.valid, self.log
-        for u in plan.conflicts:
+        conflicts = plan.conflicts
+        for u in conflicts:
             if active[u]:
                 if demand:
                     raise InstallError(
@@ -91,8 +94,7 @@ class Runtime:
                         "(nested traps sharing a block); recompile the profile"
                     )
                 return False
-        after = []
-        for u in plan.conflicts:
+        for u in conflicts:
             if valid[u]:
                 valid[u] = False
                 if self._free is not None:
@@ -100,8 +102,7 @@ class Runtime:
                 if log is not None:
                     log.append(("reuse", plan.transfer.block, plan.transfer.trap,
                                 self.tables.transfers[u].transfer.trap))  # fmt: skip
-            after.append(self.released[u])
-        self._copy[k](after, self.ready[k])
+        self._copy[k](self._after[k], self.ready[k])
         valid[k] = True
         if log is not None:
             t = plan.transfer

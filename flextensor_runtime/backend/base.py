@@ -9,6 +9,7 @@ Must not know: profiles, traps, schedules, models.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -87,6 +88,14 @@ class DeviceBackend(ABC):
     def copy_async(self, dst: torch.Tensor, src: torch.Tensor, after: list[Any], done: Any) -> None:
         """Copy host `src` into device `dst` on the copy stream once every event in `after` has
         completed; record `done` on the copy stream after the copy."""
+
+    def make_copy(self, dst: torch.Tensor, src: torch.Tensor) -> Callable[[list[Any], Any], None]:
+        """A reusable `copy(after, done)` of host `src` into device `dst` (see `copy_async`)."""
+
+        def copy(after: list[Any], done: Any) -> None:
+            self.copy_async(dst, src, after, done)
+
+        return copy
 
     @abstractmethod
     def wait(self, event: Any) -> None:

@@ -43,7 +43,7 @@ class Event:
 class EventLog:
     """A bounded append-only log of raw tuples (cheap to write on the hot path)."""
 
-    def __init__(self, max_events: int = 1_000_000) -> None:
+    def __init__(self, max_events: int = 200_000) -> None:
         self.raw: deque[tuple] = deque(maxlen=max_events)
 
     def clear(self) -> None:

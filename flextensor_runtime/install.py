@@ -82,6 +82,12 @@ class _Installer:
             self.names.setdefault(e.tie or e.name, []).append(e.name)
 
     def check_sources(self) -> None:
+        """Before any change: every meta tensor has a source, every source has the right shape."""
+        if self.ckpt is not None:
+            for canon in self.groups:
+                src = _source_name(canon, self.names, self.ckpt)
+                if src is not None:
+                    self.ckpt.check_shape(src, _entry(self.dep.profile, canon).shape)
         missing = [c for c, refs in self.groups.items()
                    if refs[0].tensor.device.type == "meta" and _source_name(c, self.names, self.ckpt) is None]  # fmt: skip
         if missing:

@@ -97,14 +97,19 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
 
-    def read_into(self, name: str, dst: torch.Tensor) -> None:
-        """Fill `dst` with tensor `name` (converting dtype if the file stores another)."""
+    def check_shape(self, name: str, shape: tuple[int, ...]) -> None:
+        """Raise `ModelFileError` unless tensor `name` is stored with `shape`."""
         st = self.tensors[name]
-        if tuple(dst.shape) != st.shape:
+        if tuple(shape) != st.shape:
             raise ModelFileError(
                 f"checkpoint tensor {name!r} has shape {list(st.shape)} but the model expects "
-                f"{list(dst.shape)}; pass the checkpoint this model was built for"
+                f"{list(shape)}; pass the checkpoint this model was built for"
             )
+
+    def read_into(self, name: str, dst: torch.Tensor) -> None:
+        """Fill `dst` with tensor `name` (converting dtype if the file stores another)."""
+        self.check_shape(name, tuple(dst.shape))
+        st = self.tensors[name]
         direct = dst.device.type == "cpu" and dst.dtype == st.dtype and dst.is_contiguous()
         if direct:
             self._pread(st, dst)

@@ -6,7 +6,6 @@ import pytest
 import torch
 from torch import nn
 
-from flextensor_runtime.backend import CpuBackend
 from flextensor_runtime.deploy import handle, load_profile, offload_from_profile
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import dumps, save
@@ -125,7 +124,7 @@ def test_partly_streamed_and_profile_file_roundtrip(tmp_path) -> None:
     assert dumps(load_profile(path)) == dumps(profile)
     with torch.no_grad():
         plain = model(ids)
-    offload_from_profile(model, path, backend=CpuBackend())
+    offload_from_profile(model, path)  # default device: CUDA if present, else the CPU
     with torch.no_grad():
         assert torch.equal(model(ids), plain)
     placements = {e.name: e.placement for e in profile.all_tensors()}

@@ -12,7 +12,7 @@ from safetensors.torch import save_file, save_model
 
 from flextensor_runtime.errors import ModelFileError
 from flextensor_runtime.lazy_load import Checkpoint
-from tests.runtime.conftest import deploy
+from tests.runtime.conftest import assert_same, deploy, snapshot
 from tests.runtime.models import TinyLM, block_names, tiny_lm
 from tests.runtime.plans import build_profile
 
@@ -105,3 +105,15 @@ def test_checkpoint_reader_converts_and_checks(tmp_path) -> None:
         ckpt.read_into("w", torch.empty(5, 3))
     with pytest.raises(ModelFileError, match="does not exist"):
         Checkpoint(tmp_path / "none.safetensors")
+
+
+def test_bad_checkpoint_tensor_midway_leaves_the_model_unchanged(tmp_path) -> None:
+    real = tiny_lm()
+    state = {k: v + 1 for k, v in real.state_dict().items() if k != "head.weight"}
+    state["blocks.2.down.weight"] = torch.zeros(3, 3)  # wrong shape, read after other tensors
+    save_file(state, str(tmp_path / "bad.safetensors"))
+    before = snapshot(real)
+    profile = build_profile(real, block_names(real), num_blocks=2, prefetch=2)
+    with pytest.raises(ModelFileError, match=r"blocks\.2\.down\.weight"):
+        deploy(real, profile, checkpoint=tmp_path / "bad.safetensors")
+    assert_same(real, before)

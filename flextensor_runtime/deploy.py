@@ -18,6 +18,7 @@ from torch import nn
 from flextensor_runtime import profile as profile_format
 from flextensor_runtime.backend import DeviceBackend, select_backend
 from flextensor_runtime.bind import Binding, bind_profile
+from flextensor_runtime.cache_section import cache_section_from_extensions, install_cache
 from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.install import Deployment, install
@@ -146,26 +147,20 @@ def offload_from_profile(
     be = backend if backend is not None else select_backend(device, profile.config.pinned_memory)
     _check_budget(profile, binding, be)
     ckpt = Checkpoint(checkpoint) if checkpoint is not None else None
+    section = cache_section_from_extensions(profile.extensions)  # parsed before any change
     dep = Deployment(model, profile, binding, be, EventLog() if log_events else None)
     install(dep, ckpt)
     h = OffloadHandle(dep)
-    try:
-        h.cache = _install_cache_section(model, profile)
+    try:  # caches go on top of the weight streaming (a hit skips the module and its traps)
+        h.cache = install_cache(model, section) if section is not None else None
     except BaseException:
         dep.uninstall()
         dep.runtime = None
+        dep.hosts.clear()
         raise
     model.__dict__[_HANDLE_ATTR] = h
     current_model.set(model)
     return model
-
-
-def _install_cache_section(model: nn.Module, profile: Profile) -> Any:
-    """Install the profile's optional `caches` section, on top of the weight streaming."""
-    from flextensor_runtime.cache_section import cache_section_from_extensions, install_cache
-
-    section = cache_section_from_extensions(profile.extensions)
-    return install_cache(model, section) if section is not None else None
 
 
 def print_report(model: nn.Module) -> str:

@@ -1,13 +1,17 @@
 """Manual traps: `offload_block(name)` around model code that cannot be forward-patched.
 
 Owns: entering and exiting a profile's manual trap by name on the model it is installed on
-(given explicitly, or the model most recently deployed in this context).
-Must not know: schedules, blocks, backends.
+(given explicitly, or the model most recently deployed in this context), and the observer hook
+through which an offline compiler sees manual regions while it measures: when
+`offload_block_observer` holds a callable, `offload_block(name)` calls `observer(name, True)` on
+entry and `observer(name, False)` on exit and needs no deployed model. With neither an observer
+nor a deployed model, the block runs its code plainly (so the same model code runs unoffloaded).
+Must not know: schedules, blocks, backends, the compiler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -15,10 +19,15 @@ from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["current_model", "offload_block"]
+__all__ = ["current_model", "offload_block", "offload_block_observer"]
 
 # The model most recently deployed in this context (set by `offload_from_profile`).
 current_model: ContextVar[nn.Module | None] = ContextVar("flextensor_current_model", default=None)
+
+# Set by a measuring tool (the compiler's discovery and timing) for the duration of a forward.
+offload_block_observer: ContextVar[Callable[[str, bool], None] | None] = ContextVar(
+    "flextensor_offload_block_observer", default=None
+)
 
 
 @contextmanager
@@ -30,12 +39,18 @@ def offload_block(name: str, model: nn.Module | None = None) -> Iterator[None]:
     """
     from flextensor_runtime.deploy import handle
 
+    observer = offload_block_observer.get()
+    if observer is not None:
+        observer(name, True)
+        try:
+            yield
+        finally:
+            observer(name, False)
+        return
     target = model if model is not None else current_model.get()
-    if target is None:
-        raise ConfigError(
-            f"offload_block({name!r}) found no deployed model; call offload_from_profile first "
-            "or pass model="
-        )
+    if target is None or "_ft_handle" not in target.__dict__:
+        yield  # nothing deployed: the plain model runs this code as it is
+        return
     runtime = handle(target).deployment.runtime
     assert runtime is not None
     i = runtime.index.get(name)

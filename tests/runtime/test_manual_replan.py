@@ -96,3 +96,23 @@ def test_rebuild_issues_copies_as_late_as_their_window_allows() -> None:
         for e, lt in zip(early.schedule, late.schedule, strict=True)
     )
     assert early.predicted.stall_ms > late.predicted.stall_ms == 0.0
+
+
+def test_offload_block_without_a_deployed_model_runs_plainly() -> None:
+    ran = []
+    with offload_block("anything", model=torch.nn.Linear(2, 2)):
+        ran.append(True)
+    assert ran == [True]
+
+
+def test_offload_block_reports_to_an_observer_without_a_model() -> None:
+    from flextensor_runtime.manual import offload_block_observer
+
+    seen: list[tuple[str, bool]] = []
+    token = offload_block_observer.set(lambda name, entering: seen.append((name, entering)))
+    try:
+        with offload_block("stage_a"):
+            seen.append(("body", True))
+    finally:
+        offload_block_observer.reset(token)
+    assert seen == [("stage_a", True), ("body", True), ("stage_a", False)]

@@ -62,31 +62,44 @@ def _summary(doc: dict[str, Any]) -> Table:
     return grid
 
 
+def _ms(value: float) -> str:
+    """Milliseconds in at most 6 characters: 0.105, 17.2, 1.2e+03."""
+    return "0" if value == 0 else f"{value:.3g}"
+
+
+def _short_bytes(n: int) -> str:
+    """Table cells: "-", "768K", "4.5M" (binary units)."""
+    return "-" if not n else format_bytes(n).replace(" KiB", "K").replace(" MiB", "M").replace(
+        " GiB", "G").replace(" TiB", "T").replace(" B", "B")  # fmt: skip
+
+
 def _trap_table(doc: dict[str, Any]) -> Table:
     table = Table(
-        title="traps in execution order (prefetch: the trap during which the copy is issued; "
-        "↺ = previous iteration)",
+        title="traps in execution order (ms: compute per call; prefetch: the trap during which "
+        "the copy is issued, ↺ in the previous iteration; stall: predicted wait, ms)",
         title_justify="left",
         header_style="bold",
         box=box.SIMPLE_HEAD,
         padding=(0, 1),
         show_edge=False,
         pad_edge=False,
+        collapse_padding=True,
     )
     table.add_column("#", justify="right", no_wrap=True, min_width=2)
     table.add_column("trap", no_wrap=True, overflow="ellipsis", min_width=8)
-    for col in ("kind", "ms", "resident", "streamed", "blk", "prefetch", "stall"):
-        table.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
+    for col in ("kind", "ms", "resident", "streamed", "block", "prefetch", "stall"):
+        table.add_column(
+            col, justify="left" if col == "kind" else "right", no_wrap=True, min_width=len(col)
+        )
     for t in doc["traps"]:
         cyclic = t["prefetch_at"] is not None and t["prefetch_at"] >= t["order"]
         prefetch = "-" if t["prefetch_at"] is None else (
             f"{t['prefetch_at']}{'↺' if cyclic else ''}")  # fmt: skip
         table.add_row(
-            str(t["order"]), t["name"], t["kind"], f"{t['compute_ms']:.3f}",
-            format_bytes(t["resident_bytes"]) if t["resident_bytes"] else "-",
-            format_bytes(t["streamed_bytes"]) if t["streamed_bytes"] else "-",
+            str(t["order"]), t["name"], t["kind"], _ms(t["compute_ms"]),
+            _short_bytes(t["resident_bytes"]), _short_bytes(t["streamed_bytes"]),
             "-" if t["block"] is None else str(t["block"]), prefetch,
-            "-" if t["stall_ms"] is None else f"{t['stall_ms']:.3f}",
+            "-" if t["stall_ms"] is None else _ms(t["stall_ms"]),
         )  # fmt: skip
     return table
 

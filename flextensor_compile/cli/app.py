@@ -12,7 +12,7 @@ import sys
 import typer
 
 from flextensor_compile import __version__
-from flextensor_compile.cli import inspect_cmd, plan_cmd, sweep_cmd
+from flextensor_compile.cli import inspect_cmd, plan_cmd, profile_cmd, sweep_cmd
 from flextensor_compile.cli.errors import run_guarded
 
 __all__ = ["app", "main"]
@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 
 # Each command module adds its commands here.
-for _module in (inspect_cmd, plan_cmd, sweep_cmd):
+for _module in (inspect_cmd, profile_cmd, plan_cmd, sweep_cmd):
     _module.register(app)
 
 

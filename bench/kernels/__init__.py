@@ -1,0 +1,1 @@
+"""Benchmark of the fused kernels (`python -m bench.kernels [--smoke]`): Triton vs reference."""

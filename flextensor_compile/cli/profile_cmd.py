@@ -1,0 +1,172 @@
+"""`ftc profile MODEL`: load a model file, discover, measure, solve and write a profile.
+
+Owns: the profile command's options, the rich progress bars (with ETA) and the summary it
+prints. Parsing and rendering only: the work is `flextensor_compile.compile_api`. Heavy imports
+(torch, the compiler) happen inside the command so `ftc --help` stays instant.
+Must not know: how discovery, measurement or solving work.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+__all__ = ["register"]
+
+
+class _Bars:
+    """A ProgressSink drawing one rich bar per phase on stderr (nothing when quiet)."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        from flextensor_compile.cli.render import err_console
+
+        self.console = err_console()
+        self.tasks: dict[str, Any] = {}
+        self.progress = Progress(
+            TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            console=self.console, disable=quiet, transient=True,
+        )  # fmt: skip
+
+    def __enter__(self) -> _Bars:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def start(self, phase: str, total: int) -> None:
+        self.tasks[phase] = self.progress.add_task(phase, total=total)
+
+    def advance(self, phase: str) -> None:
+        self.progress.advance(self.tasks[phase])
+
+
+def _config(opts: dict[str, Any]) -> Any:
+    from flextensor_compile.config import OffloadConfig
+    from flextensor_compile.units import parse_rate, parse_size
+
+    values: dict[str, Any] = {
+        "include_patterns": tuple(opts["include"] or ()),
+        "exclude_patterns": tuple(opts["exclude"] or ()),
+        "max_gpu_mem_fraction": opts["mem_fraction"],
+        "budget_bytes": parse_size(opts["budget"], "--budget") if opts["budget"] else None,
+        "target": opts["target"],
+        "device_memory_bytes": parse_size(opts["device_memory"], "--device-memory")
+        if opts["device_memory"] else None,
+        "h2d_bytes_per_s": parse_rate(opts["bandwidth"], "--bandwidth") if opts["bandwidth"] else None,
+        "load_strategy": opts["strategy"],
+        "num_blocks": opts["num_blocks"],
+        "min_blocks": opts["min_blocks"],
+        "profiling_iters": opts["profiling_iters"],
+        "warmup_iters": opts["warmup_iters"],
+        "device": opts["device"],
+        "seed": opts["seed"],
+    }  # fmt: skip
+    return OffloadConfig(**values)
+
+
+def _render(doc: dict[str, Any], notes_to: Any) -> None:
+    from flextensor_compile.units import format_bytes
+
+    c, p = doc["profiling_cost"], doc["predicted"]
+    dev = doc["device"]
+    for line in doc["notes"]:
+        notes_to.print(f"note: {line}", soft_wrap=True)
+    notes_to.print(
+        f"profiling cost: {c['forwards']} forwards ({c['discovery_forwards']} discovery, "
+        f"{c['warmup_forwards']} warm-up, {c['profiling_forwards']} profiling), "
+        f"{c['seconds']:.2f} s; timing: {doc['timing_source']}",
+        soft_wrap=True,
+    )
+    print(
+        f"wrote {doc['output']}: {doc['traps']} traps + {doc['gap_traps']} gap traps for "
+        f"{dev['name']} ({format_bytes(dev['memory_bytes'])}); resident "
+        f"{format_bytes(p['resident_bytes'])}, streamed {format_bytes(p['streamed_bytes'])}, "
+        f"peak {format_bytes(p['peak_bytes'])}; predicted {p['makespan_ms']:.3f} ms per iteration "
+        f"({p['stall_ms']:.3f} ms stall)"
+    )
+
+
+def profile(
+    model: str = typer.Argument(..., help="A model file (model.py) or package.module:build_model."),
+    inputs: str = typer.Option(None, "--inputs", help="package.module:example_inputs (for module references)."),
+    mem_fraction: float = typer.Option(None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."),
+    budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB (memory mode)."),
+    target: str = typer.Option(None, "--target", help="Plan for a built-in GPU: rtx4090, a100-40g, a100-80g, h100-pcie, h100-sxm, h200, l4."),
+    device_memory: str = typer.Option(None, "--device-memory", help="Device memory size, e.g. 24GiB."),
+    bandwidth: str = typer.Option(None, "--bandwidth", help="Host-to-device copy rate, e.g. 25GB/s."),
+    strategy: str = typer.Option("adaptive", "--strategy", help="Offloading strategy."),
+    include: list[str] = typer.Option(None, "--include", help="Include pattern (repeatable): glob on module/parameter paths, or class:Name."),
+    exclude: list[str] = typer.Option(None, "--exclude", help="Exclude pattern (repeatable)."),
+    num_blocks: int = typer.Option(None, "--num-blocks", help="Number of memory blocks."),
+    min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks."),
+    profiling_iters: int = typer.Option(5, "--profiling-iters", help="Timed iterations (median)."),
+    warmup_iters: int = typer.Option(1, "--warmup-iters", help="Untimed iterations first."),
+    device: str = typer.Option("auto", "--device", help="Where to time: auto, cpu or cuda."),
+    save_stats: Path = typer.Option(None, "--save-stats", help="Also write the measurements (stats.json) for `ftc plan`."),
+    output: Path = typer.Option(Path("profile.msgpack"), "-o", "--output", help="Where to write the profile."),
+    seed: int = typer.Option(0, "--seed", help="Seed recorded in the plan (ties broken deterministically)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars or notes."),
+    as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
+    instrument: Path = typer.Option(None, "--instrument", help="Write each component's resolved configuration as JSON into DIR."),
+) -> None:  # fmt: skip
+    """Compile an offload profile: discover (one forward), measure, solve, write."""
+    opts = dict(locals())
+    config = _config(opts)
+    from flextensor_compile import compile_api
+    from flextensor_compile.model_file import build_model, load_model_spec, make_inputs
+    from flextensor_compile.stats import save_stats as write_stats
+    from flextensor_runtime.profile import save
+
+    spec = load_model_spec(model, inputs)
+    config = config.with_patterns(spec.include, spec.exclude)
+    with _Bars(quiet or as_json) as bars:
+        built = build_model(spec)
+        example = make_inputs(spec)
+        stem = Path(model).stem if model.endswith(".py") else model
+        c = compile_api.collect_stats(built, example, config, spec.run, name=stem,
+                                      source=spec.source, progress=bars)  # fmt: skip
+        if save_stats is not None:
+            write_stats(c.stats, save_stats)
+        bars.start("solving", 1)
+        prof = compile_api.plan_stats(c.stats, config)
+        bars.advance("solving")
+    save(prof, output)
+    _finish(compile_api, c, prof, output, instrument, quiet, as_json, bars.console)
+
+
+def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, quiet: bool,
+            as_json: bool, console: Any) -> None:  # fmt: skip
+    """Write the instrumentation files and print the summary (human, JSON, or one line)."""
+    if instrument is not None:
+        instrument.mkdir(parents=True, exist_ok=True)
+        for part, doc in api.instrumentation(c, prof).items():
+            (instrument / f"{part}.json").write_text(
+                json.dumps(doc, indent=1, sort_keys=True) + "\n"
+            )
+    summary = api.summary_document(c, prof, str(output))
+    if as_json:
+        from flextensor_compile.cli.render import print_json
+
+        print_json(summary)
+    elif not quiet:
+        _render(summary, console)
+    else:
+        print(f"wrote {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("profile")(profile)

@@ -1,0 +1,235 @@
+"""`compile_profile`: the Python API of `ftc profile` (discover -> measure -> solve -> emit).
+
+Owns: the order of the phases, turning discovery and measurement into a `Stats` record, the
+profiling cost (forwards, seconds), progress callbacks for front ends, and the instrumentation
+document (how each component was configured). Planning goes through the stats' JSON form, so
+`ftc plan stats.json` with the same options gives the same bytes.
+Must not know: rich, typer, files other than what the caller asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Protocol
+
+from torch import nn
+
+from flextensor_compile.config import OffloadConfig, plan_command
+from flextensor_compile.discover import Discovery, discover, is_meta_model
+from flextensor_compile.measure import DeviceChoice, choose_device, measure_compute, roofline_ms
+from flextensor_compile.measure.targets import get_target
+from flextensor_compile.model_file import Inputs, normalize_inputs
+from flextensor_compile.stats import Stats, TrapStat, stats_from_json, stats_to_json
+from flextensor_runtime.model_tensors import model_tensor_entries
+from flextensor_runtime.profile import Profile
+
+__all__ = ["Compilation", "ProfilingCost", "ProgressSink", "collect_stats", "compile_profile",
+           "instrumentation", "plan_command", "plan_stats", "summary_document"]  # fmt: skip
+
+
+class ProgressSink(Protocol):
+    """What a front end implements to show progress (the CLI draws rich bars from it)."""
+
+    def start(self, phase: str, total: int) -> None: ...
+
+    def advance(self, phase: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ProfilingCost:
+    """What measuring cost: run() calls of each kind and wall seconds."""
+
+    discovery_forwards: int
+    warmup_forwards: int
+    profiling_forwards: int
+    seconds: float
+
+    @property
+    def forwards(self) -> int:
+        return self.discovery_forwards + self.warmup_forwards + self.profiling_forwards
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """Everything measured for one model: the stats plus how they were obtained."""
+
+    stats: Stats
+    discovery: Discovery
+    device: DeviceChoice
+    cost: ProfilingCost
+    config: OffloadConfig
+    notes: tuple[str, ...]
+
+
+def _inputs(example_inputs: Any) -> Inputs:
+    if isinstance(example_inputs, Inputs):
+        return example_inputs
+    return normalize_inputs(example_inputs() if callable(example_inputs) else example_inputs)
+
+
+def _stats(name: str, disc: Discovery, device: DeviceChoice, compute_ms: dict[str, float]) -> Stats:
+    traps = tuple(
+        TrapStat(
+            name=slot,
+            compute_ms=max(0.0, float(compute_ms.get(slot, 0.0))),
+            tensors=disc.tensors.get(slot, ()),
+            kind=disc.plan.kinds[slot],
+            calls=disc.plan.calls.get(slot, 1),
+        )
+        for slot in disc.plan.order
+    )
+    return Stats(name=name, device=device.spec, traps=traps, untrapped=disc.untrapped,
+                 timing_source=device.timing_source)  # fmt: skip
+
+
+def _notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
+    r = disc.report
+    notes = [device.note] if device.note else []
+    if r.unused:
+        notes.append(f"{len(r.unused)} selected modules never ran and stay resident: "
+                     f"{', '.join(r.unused[:3])}{' ...' if len(r.unused) > 3 else ''}")  # fmt: skip
+    if r.conditional:
+        notes.append(f"conditional traps kept resident: {', '.join(r.conditional[:3])}")
+    if r.cross_reads:
+        first = next(iter(r.cross_reads))
+        notes.append(f"{len(r.cross_reads)} tensors read outside their trap stay resident "
+                     f"(e.g. {first} read by {', '.join(r.cross_reads[first])})")  # fmt: skip
+    if r.split_ties:
+        notes.append(
+            f"tied weights shared across traps stay resident: {', '.join(r.split_ties[:3])}"
+        )
+    return tuple(notes)
+
+
+def collect_stats(
+    model: nn.Module,
+    example_inputs: Any,
+    config: OffloadConfig | None = None,
+    run: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    source: str = "model",
+    progress: ProgressSink | None = None,
+) -> Compilation:
+    """Discover (one forward) and measure (warm-up + profiling forwards, or the roofline)."""
+    config = config or OffloadConfig()
+    inputs = _inputs(example_inputs)
+    started = time.perf_counter()
+    weight_bytes = sum(e.bytes for e in model_tensor_entries(model) if e.tie is None)
+    device = choose_device(config, weight_bytes, is_meta_model(model))
+    if progress is not None:
+        progress.start("discovery", 1)
+    disc = discover(model, inputs, run, config.include_patterns, config.exclude_patterns,
+                    source=source, count_flops=device.measure_on is None)  # fmt: skip
+    if progress is not None:
+        progress.advance("discovery")
+    warmup = iters = 0
+    if device.measure_on is None:
+        assert device.target is not None
+        compute_ms = roofline_ms(disc, get_target(device.target.name))
+    else:
+        warmup, iters = config.warmup_iters, config.profiling_iters
+        if progress is not None:
+            progress.start("profiling", warmup + iters)
+        sink = progress
+        timing = measure_compute(
+            model, inputs, run, disc, iters=iters, warmup=warmup, device=device.measure_on,
+            source=source, on_iteration=(lambda: sink.advance("profiling")) if sink else None,
+        )  # fmt: skip
+        compute_ms = timing.compute_ms
+    cost = ProfilingCost(1, warmup, iters, time.perf_counter() - started)
+    stats = _stats(name or type(model).__name__, disc, device, compute_ms)
+    return Compilation(stats, disc, device, cost, config, _notes(disc, device))
+
+
+def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Profile:
+    """Solve and emit from stats, exactly as `ftc plan` does from the saved stats file."""
+    from flextensor_compile.planning import plan_profile
+
+    canonical = stats_from_json(json.loads(json.dumps(stats_to_json(stats))))
+    # Patterns were applied by discovery (their effect is in the stats' traps and `offloadable`
+    # flags); `ftc plan` cannot know them, so the plan's config leaves them out.
+    plan_config = replace(config.to_plan_config(), include_patterns=(), exclude_patterns=())
+    return plan_profile(canonical, plan_config, command=command or plan_command(plan_config))
+
+
+def compile_profile(
+    model: nn.Module,
+    example_inputs: Any,
+    config: OffloadConfig | None = None,
+    run: Callable[..., Any] | None = None,
+    *,
+    command: str = "",
+) -> Profile:
+    """Compile an offload profile for `model` (the model is left where it was, unchanged).
+
+    `example_inputs`: positional args (tuple), kwargs (dict), `(args, kwargs)`, or a function
+    returning one of those. `run(model, inputs)`: one iteration of the real workload.
+    """
+    config = config or OffloadConfig()
+    return plan_stats(collect_stats(model, example_inputs, config, run).stats, config,
+                      command=command)  # fmt: skip
+
+
+def instrumentation(compilation: Compilation, profile: Profile | None = None) -> dict[str, Any]:
+    """How each component was configured, as a JSON-ready document (`--instrument DIR`)."""
+    disc, dev, cfg = compilation.discovery, compilation.device, compilation.config
+    doc: dict[str, Any] = {
+        "config": cfg.as_dict(),
+        "discovery": {
+            "patterns": list(disc.selection.include),
+            "exclude": list(disc.selection.exclude),
+            "default_include": disc.selection.default,
+            "traps": list(disc.plan.order),
+            "iterations_per_run": disc.plan.iterations,
+            "whole_run_is_iteration": disc.whole_run,
+            "meta_device": disc.meta,
+            "report": asdict(disc.report),
+        },
+        "measurement": {
+            "timing_source": dev.timing_source,
+            "device": asdict(dev.spec),
+            "target": asdict(dev.target) if dev.target else None,
+            "warmup_iters": compilation.cost.warmup_forwards,
+            "profiling_iters": compilation.cost.profiling_forwards,
+            "cost": {**asdict(compilation.cost), "forwards": compilation.cost.forwards},
+        },
+        "plan": asdict(cfg.to_plan_config()),
+    }
+    if profile is not None:
+        doc["plan"]["blocks"] = [asdict(b) for b in profile.blocks]
+        doc["plan"]["predicted"] = asdict(profile.predicted)
+        doc["plan"]["transfer_mode"] = profile.config.transfer_mode
+    return doc
+
+
+def summary_document(c: Compilation, profile: Profile, output: str | None) -> dict[str, Any]:
+    """The `ftc profile --json` document: what was measured, what it cost, what was planned."""
+    p = profile.predicted
+    return {
+        "output": output,
+        "model": c.stats.name,
+        "device": {
+            "name": c.stats.device.name,
+            "kind": c.stats.device.kind,
+            "memory_bytes": c.stats.device.memory_bytes,
+            "h2d_bytes_per_s": c.stats.device.h2d_bytes_per_s,
+        },
+        "timing_source": c.stats.timing_source,
+        "budget_bytes": profile.config.budget_bytes,
+        "traps": sum(1 for t in c.stats.traps if t.kind != "gap"),
+        "gap_traps": sum(1 for t in c.stats.traps if t.kind == "gap"),
+        "profiling_cost": {**asdict(c.cost), "forwards": c.cost.forwards},
+        "predicted": {
+            "compute_ms": p.compute_ms,
+            "makespan_ms": p.makespan_ms,
+            "stall_ms": p.stall_ms,
+            "peak_bytes": p.peak_bytes,
+            "resident_bytes": p.resident_bytes,
+            "streamed_bytes": p.streamed_bytes,
+        },
+        "notes": list(c.notes),
+    }

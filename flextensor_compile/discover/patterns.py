@@ -1,0 +1,143 @@
+"""Include / exclude patterns: which modules become traps and which tensors may stream.
+
+Owns: matching globs (`*`, `?`, anchored at both ends, `*` crosses dots) against module paths
+and tensor paths, `class:Name` selection by module class name (globs allowed), the rule that a
+parameter-level pattern patches the parent module but offloads only the matching parameters,
+the default include (each child of the largest repeated `nn.ModuleList` / `nn.Sequential`
+stack, plus any other top-level repeated stack holding at least 10% of the weight bytes), and
+one-line errors for a pattern that matches nothing (with the closest path suggested).
+Must not know: execution order, timing, the profile.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from torch import nn
+
+from flextensor_runtime.errors import ConfigError
+
+__all__ = ["Selection", "default_include", "is_excluded", "select_traps"]
+
+_STACK_SHARE = 0.10  # a second repeated stack joins the default include above this byte share
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Trap modules (outermost first match wins) and which of their tensors may stream.
+
+    `only[path]` is None for a module-level match (all parameters and inner fields stream) or the
+    set of tensor paths a parameter-level pattern matched. `buffers` are buffer paths a pattern
+    names explicitly (buffers otherwise stay resident).
+    """
+
+    traps: tuple[str, ...]
+    only: dict[str, frozenset[str] | None]
+    buffers: frozenset[str]
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    default: bool
+
+
+def _match(pattern: str, path: str, module: nn.Module | None = None) -> bool:
+    if pattern.startswith("class:"):
+        return module is not None and fnmatchcase(type(module).__name__, pattern[6:])
+    return fnmatchcase(path, pattern)
+
+
+def _matches_ancestor(pattern: str, path: str) -> bool:
+    parts = path.split(".")
+    return any(fnmatchcase(".".join(parts[:i]), pattern) for i in range(1, len(parts)))
+
+
+def _module_bytes(module: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def default_include(model: nn.Module) -> tuple[str, ...]:
+    """Patterns naming each child of the largest repeated ModuleList/Sequential stack(s)."""
+    stacks: list[tuple[int, str]] = []
+    for path, module in model.named_modules():
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)) or len(module) < 2:
+            continue
+        kinds = {type(child) for child in module}
+        if len(kinds) != 1:
+            continue
+        stacks.append((_module_bytes(module), path))
+    if not stacks:  # no repeated stack: each top-level child that holds weights
+        return tuple(n for n, c in model.named_children() if any(True for _ in c.parameters()))
+    total = max(_module_bytes(model), 1)
+    stacks.sort(key=lambda s: (-s[0], s[1]))
+    chosen: list[str] = []
+    for nbytes, path in stacks:
+        nested = any(path.startswith(c + ".") or c.startswith(path + ".") for c in chosen)
+        if not nested and (not chosen or nbytes >= _STACK_SHARE * total):
+            chosen.append(path)
+    return tuple(sorted(f"{p}.?*" if p else "?*" for p in chosen))
+
+
+def is_excluded(path: str, exclude: tuple[str, ...]) -> bool:
+    """True when `path` or any of its ancestors matches an exclude pattern (class: excluded)."""
+    parts = path.split(".")
+    return any(
+        fnmatchcase(".".join(parts[:i]), p)
+        for p in exclude
+        if not p.startswith("class:")
+        for i in range(1, len(parts) + 1)
+    )
+
+
+def _no_match(pattern: str, candidates: list[str]) -> ConfigError:
+    probe = pattern.replace("*", "0").replace("?", "0")
+    close = difflib.get_close_matches(probe, candidates, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}?" if close else "check the module paths with named_modules()"
+    return ConfigError(f"pattern {pattern!r} matches no module or tensor; {hint}")
+
+
+def select_traps(model: nn.Module, include: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
+    """Resolve patterns to trap modules; an empty `include` means the default stack."""
+    default = not include
+    patterns = include or default_include(model)
+    modules = [(p, m) for p, m in model.named_modules() if p]
+    params = [n for n, _ in model.named_parameters(remove_duplicate=False)]
+    buffers = [n for n, _ in model.named_buffers(remove_duplicate=False)]
+    excluded_classes = [p[6:] for p in exclude if p.startswith("class:")]
+    chosen: dict[str, frozenset[str] | None] = {}
+    named_buffers: set[str] = set()
+    for pattern in patterns:
+        hit_modules = [p for p, m in modules if _match(pattern, p, m)]
+        hit_tensors = (
+            [] if pattern.startswith("class:") else [n for n in params if _match(pattern, n)]
+        )
+        hit_buffers = (
+            [] if pattern.startswith("class:") else [n for n in buffers if _match(pattern, n)]
+        )
+        if not (hit_modules or hit_tensors or hit_buffers) and not default:
+            raise _no_match(pattern, [p for p, _ in modules] + params)
+        named_buffers.update(b for b in hit_buffers if not _matches_ancestor(pattern, b))
+        for path in hit_modules:
+            chosen[path] = None
+        for name in hit_tensors + hit_buffers:
+            parent = name.rpartition(".")[0]
+            if parent and chosen.get(parent, frozenset()) is not None and parent not in hit_modules:
+                chosen[parent] = (chosen.get(parent) or frozenset()) | {name}
+    by_path = dict(modules)
+    kept = [
+        path
+        for path in chosen
+        if not is_excluded(path, exclude)
+        and not any(fnmatchcase(type(by_path[path]).__name__, c) for c in excluded_classes)
+    ]
+    outermost = [p for p in kept if not any(p.startswith(q + ".") for q in kept)]
+    order = {p: i for i, (p, _) in enumerate(modules)}
+    outermost.sort(key=lambda p: order[p])
+    return Selection(
+        traps=tuple(outermost),
+        only={p: chosen[p] for p in outermost},
+        buffers=frozenset(named_buffers),
+        include=tuple(patterns),
+        exclude=tuple(exclude),
+        default=default,
+    )

@@ -1,0 +1,155 @@
+"""Per-trap compute time: the median over profiling iterations, after warm-up.
+
+Owns: running the workload `warmup + iters` times under the trap hooks with a clock (CUDA events
+on a GPU, perf_counter on CPU), turning the marks into per-slot milliseconds with the discovery's
+slot rules, and taking the median per slot. On a GPU, a model that does not fit is measured trap
+by trap: everything outside the module traps is placed on the device, and each trap's module is
+copied in before its entry mark and back out after its exit mark. The model is left on the
+device it came on.
+Must not know: which tensors stream, the solver, the CLI.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_map
+
+from flextensor_compile.discover import Discovery
+from flextensor_compile.discover.hooks import TrapHooks
+from flextensor_compile.discover.slots import attribute, drop_traps
+from flextensor_compile.measure.clock import clock_for
+from flextensor_compile.model_file import Inputs, call_run, normalize_inputs
+
+__all__ = ["Timing", "measure_compute", "place_for_timing", "streamable_traps"]
+
+_FIT_SHARE = 0.8  # measure with the whole model on the GPU when it takes at most this share
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median compute time per slot (trap or gap) and what measuring cost."""
+
+    compute_ms: dict[str, float]
+    forwards: int  # run() calls: warm-up + profiling
+    seconds: float
+    streamed: bool  # measured trap by trap (the model did not fit on the device)
+
+
+def _move_except(module: nn.Module, path: str, skip: set[str], device: torch.device) -> None:
+    for name, child in module.named_children():
+        child_path = f"{path}.{name}" if path else name
+        if child_path not in skip:
+            _move_except(child, child_path, skip, device)
+    module._apply(lambda t: t.to(device), recurse=False)
+
+
+def place_for_timing(
+    model: nn.Module, discovery: Discovery, device: torch.device, fit_bytes: int | None = None
+) -> bool:
+    """Put the model on `device` for timing; returns True when traps must stream in one by one
+    (the weights exceed `fit_bytes`, by default 80% of the device's free memory)."""
+    if device.type != "cuda":
+        return False
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    if fit_bytes is None:
+        fit_bytes = int(_FIT_SHARE * torch.cuda.mem_get_info(device)[0])
+    if weight_bytes <= fit_bytes:
+        model.to(device)
+        return False
+    _move_except(model, "", set(streamable_traps(discovery)), device)
+    return True
+
+
+def streamable_traps(discovery: Discovery) -> tuple[str, ...]:
+    """Module traps that can be copied in and out around their call while timing: not those
+    holding a tensor another trap reads or a tied weight (moving it would move it for both)."""
+    report = discovery.report
+    shared = set(report.cross_reads) | set(report.split_ties)
+
+    def movable(trap: str) -> bool:
+        return not any(t.name in shared or t.tie is not None for t in discovery.tensors[trap])
+
+    return tuple(
+        t for t in discovery.plan.traps if discovery.plan.kinds[t] == "module" and movable(t)
+    )
+
+
+def _one_iteration(
+    model: nn.Module, inputs: Inputs, run: Callable[..., Any] | None, discovery: Discovery,
+    device: torch.device, streamed: bool, source: str,
+) -> dict[str, float]:  # fmt: skip
+    clock = clock_for(device)
+    modules = dict(model.named_modules())
+    traps = {t: modules[t] for t in discovery.plan.traps if discovery.plan.kinds[t] == "module"}
+    on_enter = on_exit = None
+    if streamed:
+        moving = set(streamable_traps(discovery))
+
+        def on_enter(name: str) -> None:
+            if name in moving:
+                traps[name].to(device)
+
+        def on_exit(name: str) -> None:
+            if name in moving:
+                traps[name].to("cpu")
+
+    hooks = TrapHooks(None if discovery.whole_run else model, traps, clock.mark, on_enter, on_exit)
+    with torch.no_grad(), hooks.installed():
+        if discovery.whole_run:
+            hooks.begin()
+        call_run(run, model, inputs, source)
+        if discovery.whole_run:
+            hooks.end()
+    unknown = {
+        e.name for e in hooks.events if e.kind == "enter" and e.name not in discovery.plan.kinds
+    }
+    events = drop_traps(hooks.events, unknown)  # e.g. a manual region discovery found nested
+    timed = [i for i, e in enumerate(events) if e.kind in ("begin", "end", "enter", "exit")]
+    ms = clock.to_ms([events[i].value for i in timed])
+    for i, value in zip(timed, ms, strict=True):
+        events[i] = replace(events[i], value=value)
+    return attribute([e for e in events if e.kind != "op"], discovery.plan)
+
+
+def measure_compute(
+    model: nn.Module,
+    inputs: Inputs,
+    run: Callable[..., Any] | None,
+    discovery: Discovery,
+    *,
+    iters: int,
+    warmup: int,
+    device: torch.device,
+    source: str = "model",
+    on_iteration: Callable[[], None] | None = None,
+    fit_bytes: int | None = None,
+) -> Timing:
+    """Run `warmup + iters` iterations and return the median per-slot time of the last `iters`."""
+    started = time.perf_counter()
+    home = next((t.device for t in model.parameters()), torch.device("cpu"))
+    streamed = place_for_timing(model, discovery, device, fit_bytes)
+    if device.type != "cpu":
+        raw = tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs.raw)
+        inputs = normalize_inputs(raw)
+    samples: list[dict[str, float]] = []
+    try:
+        for i in range(warmup + iters):
+            per_slot = _one_iteration(model, inputs, run, discovery, device, streamed, source)
+            if i >= warmup:
+                samples.append(per_slot)
+            if on_iteration is not None:
+                on_iteration()
+    finally:
+        if device != home:
+            model.to(home)
+    compute_ms = {
+        slot: float(statistics.median(s[slot] for s in samples)) for slot in discovery.plan.order
+    }
+    return Timing(compute_ms, warmup + iters, time.perf_counter() - started, streamed)

@@ -1,0 +1,210 @@
+"""`DiskMap`: a lazy mapping from checkpoint tensor names to materialised tensors.
+
+Owns: resolving a checkpoint (one safetensors file, a sharded `*.safetensors.index.json`, a
+folder holding either, a list of files, or a PyTorch `.bin`/`.pt` file) into name -> file,
+memory-mapped reads of one tensor at a time, key renaming through a state-dict converter, and
+reopening files after `buffer_size` elements have been read so mapped pages do not pile up in
+host memory.
+Must not know: modules, wrappers, placements.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+from safetensors import safe_open
+
+from flextensor_runtime.errors import DiskMapError
+
+__all__ = ["DiskMap"]
+
+PathLike = Union[str, Path]
+TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+# (state dict {name: source key}) -> renamed {new name: source key}
+StateDictConverter = Callable[[dict[str, str]], Mapping[str, str]]
+
+
+def _index_files(index: Path) -> dict[str, Path]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DiskMapError(
+            f"cannot read the weight_map of {index}: ({exc}); pass a valid "
+            "model.safetensors.index.json"
+        ) from exc
+    return {name: index.parent / shard for name, shard in weight_map.items()}
+
+
+def _checkpoint_files(path: PathLike | Sequence[PathLike]) -> list[Path]:
+    if isinstance(path, (list, tuple)):
+        return [f for p in path for f in _checkpoint_files(p)]
+    p = Path(path)  # type: ignore[arg-type]
+    if p.is_dir():
+        for candidate in ("model.safetensors.index.json", "model.safetensors"):
+            if (p / candidate).is_file():
+                return [p / candidate]
+        found = sorted(p.glob("*.safetensors"))
+        if found:
+            return found
+    if not p.is_file():
+        raise DiskMapError(
+            f"no checkpoint at {p}: pass a .safetensors, .bin/.pt or index.json file or a folder"
+        )
+    return [p]
+
+
+class DiskMap(Mapping[str, torch.Tensor]):
+    """Lazy mapping from checkpoint parameter names to materialized tensors.
+
+    Safetensors files stay memory-mapped and one tensor is read per lookup. PyTorch `.bin`/`.pt`
+    files go through `torch.load(weights_only=True)` (memory-mapped when the file allows it).
+    `state_dict_converter` receives {name: name} for every stored tensor and returns the renamed
+    {new name: stored name}; it may rename and drop keys, not compute tensors. After
+    `buffer_size` tensor elements have been materialized the files are reopened.
+    """
+
+    def __init__(
+        self,
+        path: PathLike | Sequence[PathLike],
+        device: str | torch.device,
+        torch_dtype: torch.dtype | None = None,
+        state_dict_converter: StateDictConverter | None = None,
+        buffer_size: int = 10**9,
+    ) -> None:
+        self.path = path
+        self.device = torch.device(device)
+        self.torch_dtype = torch_dtype
+        self.buffer_size = int(buffer_size)
+        self.materialized_elements = 0
+        self.reopen_count = 0
+        self._handles: dict[Path, Any] = {}
+        self._files: dict[str, Path] = {}
+        for file in _checkpoint_files(path):
+            self._files.update(self._scan(file))
+        self._sources = self._renamed(state_dict_converter)
+
+    def _scan(self, file: Path) -> dict[str, Path]:
+        if file.name.endswith(".index.json"):
+            return _index_files(file)
+        if file.suffix == ".safetensors":
+            return dict.fromkeys(self._open(file).keys(), file)
+        if file.suffix in TORCH_SUFFIXES:
+            return dict.fromkeys(self._open(file).keys(), file)
+        raise DiskMapError(
+            f"unsupported checkpoint file {file}: use .safetensors, .bin, .pt, .pth or .ckpt"
+        )
+
+    def _renamed(self, converter: StateDictConverter | None) -> dict[str, str]:
+        identity = {name: name for name in self._files}
+        if converter is None:
+            return identity
+        renamed = dict(converter(identity))
+        for new, source in renamed.items():
+            if source not in self._files:
+                raise DiskMapError(
+                    f"state_dict_converter mapped {new!r} to {source!r}, which is not a stored "
+                    "tensor: the converter may only rename or drop keys"
+                )
+        return renamed
+
+    def _open(self, file: Path) -> Any:
+        handle = self._handles.get(file)
+        if handle is None:
+            if not file.is_file():
+                raise DiskMapError(f"checkpoint shard {file} is missing: restore the file")
+            handle = _open_file(file)
+            self._handles[file] = handle
+        return handle
+
+    def reopen(self) -> None:
+        """Close every file; each is reopened on its next lookup (releases mapped pages)."""
+        self._handles.clear()
+        self.materialized_elements = 0
+        self.reopen_count += 1
+
+    def load(
+        self,
+        name: str,
+        torch_dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+    ) -> torch.Tensor:
+        """Read one tensor at `torch_dtype` (default: the map's) on `device` (default: the map's)."""
+        source = self._sources.get(name)
+        if source is None:
+            raise DiskMapError(
+                f"tensor {name!r} is not in checkpoint {self.path}: check the module name "
+                "prefix or pass a state_dict_converter that renames it"
+            )
+        if self.materialized_elements >= self.buffer_size:
+            self.reopen()
+        handle = self._open(self._files[source])
+        stored = handle.get_tensor(source)
+        dtype = torch_dtype or self.torch_dtype
+        if dtype is None or not stored.is_floating_point():
+            dtype = stored.dtype
+        target = torch.device(device) if device is not None else self.device
+        # always a copy into owned, aligned memory: a view of the mapping would pin its pages
+        # and unaligned operands change the CPU GEMM kernels (results no longer bit-exact)
+        out = stored.to(device=target, dtype=dtype, copy=True)
+        self.materialized_elements += out.numel()
+        return out
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.load(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._sources
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sources)
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DiskMap:
+        return self  # read-only and holding open files: copies of a model share it
+
+    def __copy__(self) -> DiskMap:
+        return self
+
+    def __repr__(self) -> str:
+        return f"DiskMap({self.path!r}, device={str(self.device)!r}, tensors={len(self)})"
+
+
+class _TorchFile:
+    """A PyTorch checkpoint behind the same two calls as a safetensors handle."""
+
+    def __init__(self, file: Path) -> None:
+        try:
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # legacy (non-zip) files cannot be memory-mapped
+            state = torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise DiskMapError(
+                f"cannot load {file} with weights_only=True ({type(exc).__name__}): convert it to "
+                "safetensors"
+            ) from exc
+        if not isinstance(state, Mapping):
+            raise DiskMapError(f"{file} holds {type(state).__name__}, not a state dict: re-save it")
+        self._tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+    def keys(self) -> list[str]:
+        return list(self._tensors)
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        return self._tensors[name]
+
+
+def _open_file(file: Path) -> Any:
+    if file.suffix == ".safetensors":
+        try:
+            return safe_open(str(file), framework="pt", device="cpu")
+        except Exception as exc:  # safetensors raises its own error types
+            raise DiskMapError(
+                f"cannot open {file} as safetensors ({exc}): check the file is complete"
+            ) from exc
+    return _TorchFile(file)

@@ -1,0 +1,262 @@
+"""Layer-wise CPU offload: keep a layer stack's weights on the host, stream one layer at a time.
+
+Owns: finding the layer stack (a ModuleList, or an explicitly named Sequential), moving the rest
+of the model to the device, installing and removing the hooks, the handle with its report, and
+the mutation scope for in-place weight edits. Without CUDA the public entry returns a disabled
+handle; `enable_layerwise_offload_on` runs the same logic on any `CopyBackend` (e.g. the CPU
+`ThreadCopyBackend`).
+Must not know: how copies are issued (see `vram.copy_backend`, `vram.layer_window`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.vram.copy_backend import CopyBackend, CudaCopyBackend
+from flextensor_runtime.vram.layer_window import LayerWindow, WindowCounters
+from flextensor_runtime.vram.tensor_slots import managed_parameters, replace_parameters
+
+__all__ = [
+    "LayerwiseOffloadHandle",
+    "LayerwiseReport",
+    "enable_layerwise_cpu_offload",
+    "enable_layerwise_offload_on",
+    "layerwise_offload_mutation_scope",
+]
+
+_HANDLE_ATTR = "_flextensor_layerwise_handle"
+_LAYER_ATTR = "_flextensor_layer_window"
+
+
+@dataclass(frozen=True)
+class LayerwiseReport:
+    """Lifetime and request-local evidence of what the offload really did."""
+
+    enabled: bool
+    layer_count: int
+    reason: str
+    effective: bool  # a forward ran entirely in the two-layer window with async copies
+    asynchronous: bool
+    reuse_buffers: bool
+    lifetime_forwards: int
+    forwards: int
+    layer_runs: int
+    prefetch_hits: int
+    async_copies: int
+    sync_materializations: int
+    pageable_tensors: tuple[str, ...]
+
+
+class LayerwiseOffloadHandle:
+    """Handle returned by `enable_layerwise_cpu_offload`; owns the hooks so `disable` undoes them."""
+
+    def __init__(self, enabled: bool, layer_count: int, reason: str = "") -> None:
+        self.enabled = enabled
+        self.layer_count = layer_count
+        self.reason = reason
+        self._window: LayerWindow | None = None
+        self._hooks: list[Any] = []
+        self._model: nn.Module | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"LayerwiseOffloadHandle(enabled={self.enabled}, layer_count={self.layer_count}, "
+            f"reason={self.reason!r})"
+        )
+
+    def reset(self) -> None:
+        """Reset request-local counters without discarding a prefetched layer."""
+        if self._window is not None:
+            self._window.counters = WindowCounters()
+
+    def report(self) -> LayerwiseReport:
+        """Return auditable lifetime and request-local execution evidence.
+
+        `enabled` only proves hooks were installed; `effective` is true once a forward used the
+        two-layer window for every layer, with asynchronous copies, no emergency synchronous
+        materialization and no pageable host tensors (which would make copies synchronous).
+        """
+        window = self._window
+        if window is None:
+            return LayerwiseReport(
+                self.enabled, self.layer_count, self.reason, False, False, False, 0, 0, 0, 0, 0,
+                0, (),
+            )  # fmt: skip
+        c = window.counters
+        effective = (
+            c.forwards > 0 and window.backend.asynchronous and c.sync_materializations == 0
+            and c.prefetch_hits == c.layer_runs and not window.pageable
+        )  # fmt: skip
+        return LayerwiseReport(
+            self.enabled, self.layer_count, self.reason, effective, window.backend.asynchronous,
+            window.reuse_buffers, window.lifetime_forwards, c.forwards, c.layer_runs,
+            c.prefetch_hits, c.async_copies, c.sync_materializations, tuple(window.pageable),
+        )  # fmt: skip
+
+    def disable(self) -> bool:
+        """Remove offload hooks and restore the real parameters (on CPU) onto each layer.
+
+        Move the model to the desired device afterwards. Returns True when hooks were removed;
+        a handle that owns no hooks (e.g. reason "already enabled") returns False.
+        """
+        if self._window is None or not self._hooks:
+            return False
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        self._window.close()
+        for state in self._window.layers:
+            for owner, local, master in state.slots:
+                owner._parameters[local] = master
+        for layer in self._layers():
+            layer.__dict__.pop(_LAYER_ATTR, None)
+        if self._model is not None:
+            self._model.__dict__.pop(_HANDLE_ATTR, None)
+        self.enabled = False
+        return True
+
+    def _layers(self) -> list[nn.Module]:
+        window = self._window
+        return [] if window is None else [s.slots[0][0] for s in window.layers if s.slots]
+
+
+def _layer_list(container: nn.Module) -> list[nn.Module]:
+    return [m for m in container._modules.values() if m is not None]
+
+
+def _find_layers(model: nn.Module, layer_container: str | None) -> list[nn.Module] | None:
+    if layer_container is not None:
+        try:
+            container = model.get_submodule(layer_container)
+        except AttributeError as exc:
+            raise ConfigError(
+                f"layer_container {layer_container!r} is not a submodule of "
+                f"{type(model).__name__}: pass the dotted path of its layer list"
+            ) from exc
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)):
+            raise ConfigError(
+                f"layer_container {layer_container!r} is a {type(container).__name__}: "
+                "name a ModuleList or Sequential of layers"
+            )
+        return _layer_list(container)
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    if not lists:
+        return None
+    return _layer_list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
+
+
+def _move_resident(model: nn.Module, layers: list[nn.Module], device: torch.device) -> None:
+    """Everything outside the layer stack, and every buffer, lives on the device; the
+    layers' parameters come to the host (ties kept) to become masters."""
+    for layer in layers:
+        away = {n: nn.Parameter(p.detach().cpu(), requires_grad=p.requires_grad)
+                for n, p in managed_parameters(layer).items() if p.device.type != "cpu"}  # fmt: skip
+        replace_parameters(layer, away)
+    layer_modules = {id(m) for layer in layers for m in layer.modules()}
+    for module in model.modules():
+        for key, buf in module._buffers.items():
+            if buf is not None:
+                module._buffers[key] = buf.to(device)
+        if id(module) in layer_modules:
+            continue
+        for key, param in module._parameters.items():
+            if param is not None and param.device != device:
+                module._parameters[key] = nn.Parameter(
+                    param.detach().to(device), requires_grad=param.requires_grad
+                )
+
+
+def _check_unshared(layers: list[nn.Module]) -> None:
+    owner: dict[int, int] = {}
+    for index, layer in enumerate(layers):
+        for param in layer.parameters():
+            if owner.setdefault(id(param), index) != index:
+                raise ConfigError(
+                    f"layers {owner[id(param)]} and {index} share a parameter: reuse_buffers=True "
+                    "forbids shared storage across layers; use reuse_buffers=False"
+                )
+
+
+def enable_layerwise_offload_on(
+    model: nn.Module,
+    backend: CopyBackend,
+    layer_container: str | None = None,
+    pin_memory: bool = True,
+    reuse_buffers: bool = False,
+) -> LayerwiseOffloadHandle:
+    """Install layer-wise offload using `backend` for copies (any device; see module doc)."""
+    existing = model.__dict__.get(_HANDLE_ATTR)
+    if existing is not None:
+        return LayerwiseOffloadHandle(True, existing.layer_count, reason="already enabled")
+    layers = _find_layers(model, layer_container)
+    if layers is None:
+        return LayerwiseOffloadHandle(
+            False, 0, reason="no ModuleList found: pass layer_container= naming the layer stack"
+        )
+    if reuse_buffers:
+        _check_unshared(layers)
+    _move_resident(model, layers, backend.device)
+    window = LayerWindow(layers, backend, pin_memory, reuse_buffers)
+    handle = LayerwiseOffloadHandle(True, len(layers))
+    handle._window, handle._model = window, model
+    for index, layer in enumerate(layers):
+        pre = layer.register_forward_pre_hook(lambda *_, i=index: window.before(i))
+        post = layer.register_forward_hook(lambda *_, i=index: window.after(i), always_call=True)
+        handle._hooks += [pre, post]
+        layer.__dict__[_LAYER_ATTR] = (window, index)
+    window.prefetch(0)
+    model.__dict__[_HANDLE_ATTR] = handle
+    return handle
+
+
+def enable_layerwise_cpu_offload(
+    model: nn.Module,
+    layer_container: str | None = None,
+    device: torch.device | str | None = None,
+    pin_memory: bool = True,
+    reuse_buffers: bool = False,
+) -> LayerwiseOffloadHandle:
+    """Attach hooks to a ModuleList or an explicitly named Sequential stack.
+
+    Parameters stay on CPU and one layer at a time moves to CUDA; the next layer is prefetched
+    on a side stream while the current one runs. Returns a disabled handle (with a reason) on
+    machines without CUDA or for a non-CUDA `device`.
+    """
+    if not torch.cuda.is_available():
+        return LayerwiseOffloadHandle(
+            False, 0, reason="CUDA is not available: layer-wise CPU offload needs a CUDA device"
+        )
+    target = torch.device(device) if device is not None else torch.device("cuda")
+    if target.type != "cuda":
+        return LayerwiseOffloadHandle(
+            False, 0, reason=f"device {target} is not a CUDA device: pass device='cuda'"
+        )
+    backend = CudaCopyBackend(target)
+    return enable_layerwise_offload_on(model, backend, layer_container, pin_memory, reuse_buffers)
+
+
+@contextmanager
+def layerwise_offload_mutation_scope(module: nn.Module) -> Iterator[None]:
+    """Temporarily materialize offloaded parameters for in-place mutations.
+
+    Inside the block the layers' parameters are their host masters, so in-place edits change
+    the weights; on exit any device copy prefetched before the edit is dropped so the next
+    forward copies the edited values (re-prefetched where a copy was in flight). A module
+    without layer-wise offload is left alone.
+    """
+    touched = [m.__dict__[_LAYER_ATTR] for m in module.modules() if _LAYER_ATTR in m.__dict__]
+    prefetched = [(w, i) for w, i in touched if w.layers[i].ticket is not None]
+    for window, index in touched:
+        window.invalidate(index)  # waits for in-flight copies before the masters change
+    try:
+        yield
+    finally:
+        for window, index in prefetched:
+            window.prefetch(index)  # copy the edited masters again

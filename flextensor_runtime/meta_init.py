@@ -1,0 +1,85 @@
+"""Building models without allocating or initialising their weights.
+
+Owns: the two contexts that redirect newly registered parameters (and optionally buffers) to one
+device, and that skip `torch.nn.init` initialisers; every global hook is restored in `finally`.
+The contexts patch process-wide state and must not overlap across threads.
+Must not know: checkpoints, wrappers, profiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["init_weights_on_device", "skip_model_initialization"]
+
+_INIT_FUNCTIONS = (
+    "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
+    "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
+    "sparse_",
+)  # fmt: skip
+
+
+def _moved_parameter(param: nn.Parameter, device: torch.device) -> nn.Parameter:
+    if type(param) is nn.Parameter:
+        return nn.Parameter(param.detach().to(device), requires_grad=param.requires_grad)
+    return type(param)(param.to(device), **vars(param))  # parameter subclasses keep their fields
+
+
+@contextmanager
+def _patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextmanager
+def init_weights_on_device(
+    device: str | torch.device = torch.device("meta"), include_buffers: bool = False
+) -> Iterator[None]:
+    """Temporarily redirect newly registered module weights to one device.
+
+    Parameters registered inside the block move to `device` as they are registered (on `meta`
+    that skips their storage and the initialisers that run on them afterwards). With
+    `include_buffers=True` tensors created inside the block are also created on `device`
+    directly, so buffers land there and nothing is allocated elsewhere.
+    """
+    device = torch.device(device)
+    register_parameter = nn.Module.register_parameter
+
+    def register_on_device(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register_parameter(module, name, param)
+        if param is not None:
+            module._parameters[name] = _moved_parameter(param, device)
+
+    with ExitStack() as stack:
+        stack.enter_context(_patched(nn.Module, "register_parameter", register_on_device))
+        if include_buffers:
+            stack.enter_context(device)
+        yield
+
+
+@contextmanager
+def skip_model_initialization(device: str | torch.device = torch.device("meta")) -> Iterator[None]:
+    """Return an allocation-skipping context for constructing checkpoint-backed models.
+
+    Parameters go to `device` (see `init_weights_on_device`) and the `torch.nn.init`
+    initialisers do nothing, so on a real device the weights are uninitialised: load a
+    checkpoint (or use a DiskMap) before running the model.
+    """
+
+    def skip(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return tensor
+
+    with ExitStack() as stack:
+        for name in _INIT_FUNCTIONS:
+            stack.enter_context(_patched(nn.init, name, skip))
+        stack.enter_context(init_weights_on_device(device, include_buffers=False))
+        yield

@@ -1,0 +1,231 @@
+"""The lifecycle state machine shared by every VRAM wrapper.
+
+Owns: the four stage placements, `state` (0 offloaded, 1 onloaded, 2 kept at computation
+placement), moving the managed parameters between placements (copies, or DiskMap loads and meta
+placeholders for the disk tier), temporary compute tensors, and the `vram_limit` check.
+Must not know: what the wrapped module computes (subclasses own forward), profile files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from flextensor_runtime.errors import VramManagementError
+from flextensor_runtime.vram.placement import (
+    DeviceLike,
+    MemoryReader,
+    Placement,
+    StagePlacements,
+    TorchMemoryReader,
+    limit_bytes,
+    resolve_stages,
+)
+from flextensor_runtime.vram.tensor_slots import managed_parameters, replace_parameters
+
+__all__ = ["AutoTorchModule"]
+
+STATE_OFFLOADED = 0
+STATE_ONLOADED = 1
+STATE_KEPT = 2
+
+
+class AutoTorchModule(nn.Module):
+    """Base state machine for modules that move between memory tiers.
+
+    `state` is 0 while offloaded, 1 while onloaded (first or second prefetch stage) and 2 while
+    kept at the computation placement. `stored` is the placement that holds the managed
+    parameters now. Omitted stage dtypes/devices default to the computation ones. `vram_limit`
+    is in GiB of accelerator memory used by this process (read through `memory_reader`, a
+    `MemoryReader`; inject one to fake a reading). `vram_limit=None` never promotes.
+    """
+
+    _recurse_params = True  # subclasses that manage only direct parameters set False
+    offload_dtype: torch.dtype | None
+    offload_device: str
+    onload_dtype: torch.dtype | None
+    onload_device: str
+    preparing_dtype: torch.dtype | None
+    preparing_device: str
+    computation_dtype: torch.dtype | None
+    computation_device: str
+
+    def __init__(
+        self,
+        offload_dtype: torch.dtype | None = None,
+        offload_device: DeviceLike | None = None,
+        onload_dtype: torch.dtype | None = None,
+        onload_device: DeviceLike | None = None,
+        preparing_dtype: torch.dtype | None = None,
+        preparing_device: DeviceLike | None = None,
+        computation_dtype: torch.dtype | None = None,
+        computation_device: DeviceLike | None = None,
+        vram_limit: float | None = None,
+        memory_reader: MemoryReader | None = None,
+    ) -> None:
+        super().__init__()
+        self.set_dtype_and_device(
+            offload_dtype, offload_device, onload_dtype, onload_device,
+            preparing_dtype, preparing_device, computation_dtype, computation_device,
+            vram_limit,
+        )  # fmt: skip
+        self.state = STATE_OFFLOADED
+        self.name = ""
+        self.disk_map: Any = None
+        self.memory_reader: MemoryReader = memory_reader or TorchMemoryReader()
+        self.stored: Placement | None = None  # set by the subclass once it holds its weights
+
+    def set_dtype_and_device(
+        self,
+        offload_dtype: torch.dtype | None = None,
+        offload_device: DeviceLike | None = None,
+        onload_dtype: torch.dtype | None = None,
+        onload_device: DeviceLike | None = None,
+        preparing_dtype: torch.dtype | None = None,
+        preparing_device: DeviceLike | None = None,
+        computation_dtype: torch.dtype | None = None,
+        computation_device: DeviceLike | None = None,
+        vram_limit: float | None = None,
+    ) -> None:
+        """Update lifecycle placement, defaulting omitted stages to computation placement."""
+        stages = resolve_stages(
+            offload_dtype, offload_device, onload_dtype, onload_device,
+            preparing_dtype, preparing_device, computation_dtype, computation_device,
+        )  # fmt: skip
+        self.stages: StagePlacements = stages
+        for stage in ("offload", "onload", "preparing", "computation"):
+            placement: Placement = getattr(stages, stage)
+            setattr(self, f"{stage}_dtype", placement.dtype)
+            setattr(self, f"{stage}_device", placement.device)
+        self.vram_limit = vram_limit
+
+    # -- single tensors -------------------------------------------------------------------
+    def cast_to(
+        self, weight: torch.Tensor, dtype: torch.dtype | None, device: DeviceLike
+    ) -> torch.Tensor:
+        """Copy one tensor to `dtype` and `device` without mutating the source."""
+        if dtype is None or not weight.is_floating_point():
+            dtype = weight.dtype
+        out = torch.empty_like(weight, dtype=dtype, device=device)
+        out.copy_(weight, non_blocking=weight.is_pinned())
+        return out
+
+    def check_free_vram(self, required_bytes: int = 0) -> bool:
+        """Return whether this process's accelerator usage plus `required_bytes` stays below
+        `vram_limit`; False when no limit is set (there is nothing to promote into)."""
+        if self.vram_limit is None:
+            return False
+        device = self.stages.computation.torch_device()
+        used = self.memory_reader.used_bytes(device)
+        return used + required_bytes < limit_bytes(self.vram_limit)
+
+    def holds(self, wanted: Placement) -> bool:
+        """Whether the stored parameters already are at `wanted` (a None dtype: any dtype)."""
+        return self.stored is not None and self.stored.satisfies(wanted)
+
+    def param_name(self, name: str) -> str:
+        """Return the fully qualified checkpoint key for a local parameter name."""
+        return f"{self.name}.{name}" if self.name else name
+
+    # -- managed parameters (subclasses choose the root) ----------------------------------
+    def _managed_root(self) -> nn.Module:
+        raise NotImplementedError
+
+    def _managed(self) -> dict[str, torch.Tensor]:
+        return managed_parameters(self._managed_root(), self._recurse_params)
+
+    def _placement_dtype(self, name: str, placement: Placement) -> torch.dtype | None:
+        """The dtype a managed tensor takes at `placement` (subclasses may exempt tensors)."""
+        return placement.dtype
+
+    def _materialize(self, target: Placement) -> dict[str, torch.Tensor]:
+        """Managed tensors as new tensors at `target`; the stored ones are left untouched."""
+        assert self.stored is not None and not target.on_disk
+        device = target.torch_device()
+        if self.stored.on_disk:
+            return self._load_disk(target)
+        return {
+            n: self.cast_to(p.detach(), self._placement_dtype(n, target), device)
+            for n, p in self._managed().items()
+        }
+
+    def _load_disk(self, target: Placement) -> dict[str, torch.Tensor]:
+        if self.disk_map is None:
+            raise VramManagementError(
+                f"module {self.name!r} is on the disk tier but has no disk_map: pass disk_map= "
+                "to enable_vram_management or the wrapper"
+            )
+        device = target.torch_device()
+        return {
+            n: self.disk_map.load(self.param_name(n), self._placement_dtype(n, target), device)
+            for n in self._managed()
+        }
+
+    def _move_stored(self, target: Placement) -> None:
+        """Make `target` the placement of the stored parameters (no-op when already there)."""
+        if self.holds(target):
+            return
+        if target.on_disk:
+            new = {n: torch.empty_like(p, device="meta") for n, p in self._managed().items()}
+        else:
+            new = self._materialize(target)
+        if self._pin_host(target):
+            new = {n: t.pin_memory() for n, t in new.items()}
+        replace_parameters(self._managed_root(), new, self._recurse_params)
+        self.stored = target
+
+    def _pin_host(self, target: Placement) -> bool:
+        """Host placements are pinned when computing on CUDA, so per-call copies are async."""
+        computes_on_cuda = self.stages.computation.device.startswith("cuda")
+        return target.device == "cpu" and computes_on_cuda and torch.cuda.is_available()
+
+    def compute_tensors(self) -> dict[str, torch.Tensor]:
+        """Managed tensors at computation placement: the stored ones when already there,
+        otherwise a temporary copy (the stored placement and `state` do not change)."""
+        if self.holds(self.stages.computation):
+            return self._managed()
+        return self._materialize(self.stages.computation)
+
+    def stored_bytes_at(self, target: Placement) -> int:
+        """Bytes the managed parameters would occupy at `target`."""
+        total = 0
+        for name, p in self._managed().items():
+            dtype = self._placement_dtype(name, target) or p.dtype
+            itemsize = dtype.itemsize if p.is_floating_point() else p.element_size()
+            total += p.numel() * itemsize
+        return total
+
+    # -- transitions ----------------------------------------------------------------------
+    def offload(self) -> None:
+        """Move managed parameters to the inactive placement and set state 0."""
+        self._move_stored(self.stages.offload)
+        self.state = STATE_OFFLOADED
+
+    def onload(self) -> None:
+        """Move managed parameters to the first prefetch placement and set state 1."""
+        self._move_stored(self.stages.onload)
+        self.state = STATE_ONLOADED
+
+    def preparing(self) -> None:
+        """Second-stage prefetch: move to the preparing placement (materializing only when
+        leaving disk); state 2 when that is the computation placement, else 1."""
+        self._move_stored(self.stages.preparing)
+        self.state = STATE_KEPT if self.holds(self.stages.computation) else STATE_ONLOADED
+
+    def keep(self) -> None:
+        """Keep managed parameters at computation placement and set state 2."""
+        self._move_stored(self.stages.computation)
+        self.state = STATE_KEPT
+
+    def promote_if_room(self) -> None:
+        """Promote to the preparing placement when `vram_limit` leaves room for it; otherwise
+        stay where the weights are (the caller then computes from a temporary copy)."""
+        target = self.stages.preparing
+        if self.vram_limit is None or target.on_disk:
+            return
+        if self.holds(target) or self.holds(self.stages.computation):
+            return
+        if self.check_free_vram(self.stored_bytes_at(target)):
+            self.preparing()

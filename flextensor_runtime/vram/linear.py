@@ -1,0 +1,135 @@
+"""`AutoWrappedLinear`: a Linear whose weights move through the VRAM lifecycle stages.
+
+Owns: the Linear's weight/bias as managed parameters, disk loading of `name.weight` /
+`name.bias`, the dense or FP8 GEMM, and LoRA on the output.
+Must not know: how modules are chosen for wrapping (see `enable`), profile files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flextensor_runtime.vram.autotorch import AutoTorchModule
+from flextensor_runtime.vram.fp8 import fp8_matmul, is_float8
+from flextensor_runtime.vram.lora import LoraAdapter, LoraMerger, apply_loras, check_adapter
+from flextensor_runtime.vram.placement import DeviceLike, Placement
+from flextensor_runtime.vram.tensor_slots import replace_parameters
+from flextensor_runtime.vram.wrapper_init import check_options, initial_placement
+
+__all__ = ["AutoWrappedLinear"]
+
+
+class AutoWrappedLinear(AutoTorchModule):
+    """Linear-layer wrapper with staged placement, disk loading, FP8, and LoRA support.
+
+    The wrapped Linear's `weight`/`bias` parameters are reused (not copied) and the wrapper
+    starts offloaded. Options in `kwargs`: `memory_reader` (see `AutoTorchModule`) and
+    `fp8_backend` ("auto", "scaled_mm" or "dequantize"). A float8 placement dtype applies to
+    the weight only; the bias keeps its dtype.
+    """
+
+    def __init__(
+        self,
+        module: nn.Linear,
+        offload_dtype: torch.dtype | None = None,
+        offload_device: DeviceLike | None = None,
+        onload_dtype: torch.dtype | None = None,
+        onload_device: DeviceLike | None = None,
+        preparing_dtype: torch.dtype | None = None,
+        preparing_device: DeviceLike | None = None,
+        computation_dtype: torch.dtype | None = None,
+        computation_device: DeviceLike | None = None,
+        vram_limit: float | None = None,
+        name: str = "",
+        disk_map: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        check_options(kwargs)
+        super().__init__(
+            offload_dtype, offload_device, onload_dtype, onload_device,
+            preparing_dtype, preparing_device, computation_dtype, computation_device,
+            vram_limit, kwargs.get("memory_reader"),
+        )  # fmt: skip
+        self.in_features = module.in_features
+        self.out_features = module.out_features
+        self.weight = module.weight
+        self.bias = module.bias
+        self.name = name
+        self.disk_map = disk_map
+        self.fp8_backend: str = kwargs.get("fp8_backend", "auto")
+        self.loras: list[LoraAdapter] = []
+        self.lora_merger: LoraMerger | None = None
+        self.stored = initial_placement(self._managed(), disk_map, name)
+        self.offload()
+
+    def _managed_root(self) -> nn.Module:
+        return self
+
+    def _placement_dtype(self, name: str, placement: Placement) -> torch.dtype | None:
+        if name == "bias" and is_float8(placement.dtype):
+            return None
+        return placement.dtype
+
+    def load_from_disk(
+        self, torch_dtype: torch.dtype | None, device: DeviceLike, assign: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Fetch `name.weight` / `name.bias` from the disk map at `torch_dtype` on `device`.
+
+        `assign=False` returns the tensors without mutating this module, so a temporary compute
+        copy leaves the stored weights on meta.
+        """
+        target = Placement(torch_dtype, str(torch.device(device)))
+        tensors = self._load_disk(target)
+        if assign:
+            replace_parameters(self, tensors, recurse=False)
+            self.stored = target
+        return tensors["weight"], tensors.get("bias")
+
+    def computation(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return weight/bias at compute placement without permanently leaving the state."""
+        tensors = self.compute_tensors()
+        return tensors["weight"], tensors.get("bias")
+
+    def fp8_linear(
+        self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Row-wise scaled FP8 matmul via `torch._scaled_mm` (or the dequantise path)."""
+        assert self.computation_dtype is not None
+        return fp8_matmul(input, weight, bias, self.computation_dtype, self.fp8_backend)
+
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Dense GEMM, or the FP8 scaled path when `computation_dtype` is float8."""
+        if is_float8(self.computation_dtype):
+            return self.fp8_linear(x, weight, bias)
+        return F.linear(x, weight, bias)
+
+    def add_lora(self, lora_A: torch.Tensor, lora_B: torch.Tensor, scale: float = 1.0) -> None:
+        """Attach an adapter: A [r, in_features], B [out_features, r], delta x·Aᵀ·Bᵀ·scale."""
+        adapter = LoraAdapter(lora_A.detach(), lora_B.detach(), float(scale))
+        check_adapter(adapter, self.in_features, self.out_features)
+        self.loras.append(adapter)
+
+    def clear_loras(self) -> None:
+        self.loras.clear()
+
+    def lora_forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Add LoRA deltas after the base linear so merge order matches PEFT (B @ A)."""
+        return apply_loras(x, out, self.loras, self.lora_merger)
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Promote when VRAM allows, run the Linear, then apply LoRA on the output."""
+        self.promote_if_room()
+        weight, bias = self.computation()
+        return self.lora_forward(x, self.linear(x, weight, bias))
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"name={self.name!r}, state={self.state}, stored={self.stored}"
+        )

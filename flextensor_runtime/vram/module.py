@@ -1,0 +1,187 @@
+"""`AutoWrappedModule` and `AutoWrappedNonRecurseModule`: arbitrary modules in the VRAM lifecycle.
+
+Owns: managing all parameters of a subtree (or only a module's direct ones), keeping buffers
+resident at the computation device, disk materialisation and meta placeholders, compute copies
+(swapped in for one call, or cloned), and attribute fall-through to the wrapped module.
+Must not know: how modules are chosen for wrapping (see `enable`), Linear specifics.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.vram.autotorch import AutoTorchModule
+from flextensor_runtime.vram.fp8 import is_float8
+from flextensor_runtime.vram.placement import DeviceLike, Placement
+from flextensor_runtime.vram.tensor_slots import (
+    managed_parameters,
+    replace_parameters,
+    swapped_parameters,
+)
+from flextensor_runtime.vram.wrapper_init import check_options, initial_placement
+
+__all__ = ["AutoWrappedModule", "AutoWrappedNonRecurseModule"]
+
+
+class AutoWrappedModule(AutoTorchModule):
+    """Wrap an arbitrary module with staged CPU/GPU/disk weight movement.
+
+    Every parameter of the subtree is managed; buffers are moved once to the computation
+    device (floating ones cast to the computation dtype) and stay resident. A forward promotes
+    when `vram_limit` allows, then runs the module directly when the stored placement is the
+    computation placement, or with computation copies swapped in for that call only. Attribute
+    access falls through to the wrapped module.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        offload_dtype: torch.dtype | None = None,
+        offload_device: DeviceLike | None = None,
+        onload_dtype: torch.dtype | None = None,
+        onload_device: DeviceLike | None = None,
+        preparing_dtype: torch.dtype | None = None,
+        preparing_device: DeviceLike | None = None,
+        computation_dtype: torch.dtype | None = None,
+        computation_device: DeviceLike | None = None,
+        vram_limit: float | None = None,
+        name: str = "",
+        disk_map: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        check_options(kwargs)
+        if is_float8(computation_dtype):
+            raise ConfigError(
+                f"computation_dtype={computation_dtype} is only supported by AutoWrappedLinear: "
+                "wrap this module class with a float computation dtype"
+            )
+        super().__init__(
+            offload_dtype, offload_device, onload_dtype, onload_device,
+            preparing_dtype, preparing_device, computation_dtype, computation_device,
+            vram_limit, kwargs.get("memory_reader"),
+        )  # fmt: skip
+        self.module = module
+        self.name = name
+        self.disk_map = disk_map
+        self._settle_buffers()
+        self.stored = initial_placement(self._managed(), disk_map, name)
+        if self.stored is None:  # nothing to manage: always at computation placement
+            self.stored = self.stages.computation
+        self.offload()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            module = self._modules.get("module")
+            if module is None:
+                raise
+            return getattr(module, name)
+
+    def _managed_root(self) -> nn.Module:
+        return self.module
+
+    def _settle_buffers(self) -> None:
+        """Move real buffers to the computation device; they are never offloaded."""
+        target = self.stages.computation
+        device = target.torch_device()
+        holders = self.module.modules() if self._recurse_params else [self.module]
+        for holder in holders:
+            for key, buf in holder._buffers.items():
+                if buf is None or buf.device.type == "meta":
+                    continue
+                cast = buf.is_floating_point() and target.dtype is not None
+                holder._buffers[key] = buf.to(device, target.dtype if cast else buf.dtype)
+
+    def _move_stored(self, target: Placement) -> None:
+        if self.stored is not None and not self._managed():
+            return  # no parameters: placement never changes
+        super()._move_stored(target)
+
+    # -- reference methods ----------------------------------------------------------------
+    def load_from_disk(
+        self, torch_dtype: torch.dtype | None, device: DeviceLike, copy_module: bool = False
+    ) -> nn.Module:
+        """Materialize disk-backed parameters onto `device`; buffers stay resident.
+
+        Non-persistent buffers cannot be rebuilt from a state dict and are never replaced.
+        `copy_module=True` returns a clone so the stored module stays on meta.
+        """
+        target = Placement(torch_dtype, str(torch.device(device)))
+        tensors = self._load_disk(target)
+        if copy_module:
+            return self._clone_with(tensors)
+        replace_parameters(self.module, tensors, self._recurse_params)
+        self.stored = target
+        return self.module
+
+    def offload_to_disk(self, model: nn.Module) -> None:
+        """Replace disk-backed parameters of `model` with meta placeholders, retaining buffers."""
+        params = managed_parameters(model, self._recurse_params)
+        meta = {n: torch.empty_like(p, device="meta") for n, p in params.items()}
+        replace_parameters(model, meta, self._recurse_params)
+
+    def cast_to(self, weight: Any, dtype: torch.dtype | None, device: DeviceLike) -> Any:
+        """A tensor: copy it. A module: a clone at `dtype`/`device`; the stored one is untouched."""
+        if not isinstance(weight, nn.Module):
+            return super().cast_to(weight, dtype, device)
+        params = managed_parameters(weight, self._recurse_params)
+        tensors = {n: super(AutoWrappedModule, self).cast_to(p.detach(), dtype, device)
+                   for n, p in params.items()}  # fmt: skip
+        return _clone_module(weight, params, tensors)
+
+    def computation(self) -> nn.Module:
+        """Return a module at compute placement without permanently leaving the current state.
+
+        Reuses `self.module` when the placement already matches; otherwise a clone.
+        """
+        if self.holds(self.stages.computation):
+            return self.module
+        return self._clone_with(self.compute_tensors())
+
+    def _clone_with(self, tensors: dict[str, torch.Tensor]) -> nn.Module:
+        return _clone_module(self.module, self._managed(), tensors)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Promote to preparing when VRAM headroom allows, then run at computation placement."""
+        self.promote_if_room()
+        if self.holds(self.stages.computation):
+            return self.module(*args, **kwargs)
+        with swapped_parameters(self.module, self.compute_tensors(), self._recurse_params):
+            return self.module(*args, **kwargs)
+
+
+class AutoWrappedNonRecurseModule(AutoWrappedModule):
+    """Manage only a module's direct parameters while its children are wrapped separately.
+
+    Its compute path swaps computation copies of the direct parameters in place for one call
+    and never deep-copies the module (disk-backed children hold open checkpoint readers).
+    """
+
+    _recurse_params = False
+
+    def cast_to(self, weight: Any, dtype: torch.dtype | None, device: DeviceLike) -> Any:
+        """A module is returned unchanged: the architecture owns parameter casts."""
+        if isinstance(weight, nn.Module):
+            return weight
+        return super().cast_to(weight, dtype, device)
+
+    def computation(self) -> nn.Module:
+        """Materialize the direct parameters in place at computation placement (keep)."""
+        self.keep()
+        return self.module
+
+
+def _clone_module(
+    module: nn.Module, params: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor]
+) -> nn.Module:
+    """Deep-copy `module` with `tensors` in place of `params` (the old tensors are not copied)."""
+    memo: dict[int, Any] = {
+        id(params[n]): nn.Parameter(t, requires_grad=False) for n, t in tensors.items()
+    }
+    return copy.deepcopy(module, memo)

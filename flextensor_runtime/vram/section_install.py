@@ -1,0 +1,104 @@
+"""Installing a `VramSection` on a model (the torch side of `vram_section`).
+
+Owns: resolving class names to the model's classes, turning the section's names into torch
+dtypes, calling `enable_vram_management`, and moving fully listed wrappers to the disk tier.
+Must not know: the profile wire format.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.vram.autotorch import AutoTorchModule
+from flextensor_runtime.vram.enable import enable_vram_management
+from flextensor_runtime.vram.linear import AutoWrappedLinear
+from flextensor_runtime.vram.module import AutoWrappedModule, AutoWrappedNonRecurseModule
+from flextensor_runtime.vram.placement import DISK
+from flextensor_runtime.vram.vram_section import VramSection
+
+__all__ = ["install"]
+
+_WRAPPERS: dict[str, type[AutoTorchModule]] = {
+    "AutoWrappedLinear": AutoWrappedLinear,
+    "AutoWrappedModule": AutoWrappedModule,
+    "AutoWrappedNonRecurseModule": AutoWrappedNonRecurseModule,
+}
+
+
+def _find_class(model: nn.Module, name: str) -> type:
+    for module in model.modules():
+        for cls in type(module).__mro__:
+            if name in (cls.__name__, f"{cls.__module__}.{cls.__qualname__}"):
+                return cls
+    raise ConfigError(
+        f"vram section: module class {name!r} matches no module of {type(model).__name__}: "
+        "fix the class name or drop the entry"
+    )
+
+
+def _torch_config(section: VramSection) -> dict[str, Any]:
+    return {
+        key: getattr(torch, value) if key.endswith("_dtype") else value
+        for key, value in section.vram_config
+    }
+
+
+class _DiskChooser:
+    """Per-module config: the disk tier for modules whose tensors are all listed."""
+
+    def __init__(self, disk_names: set[str], disk_map: Any, config: dict[str, Any]) -> None:
+        self.disk_names = disk_names
+        self.disk_map = disk_map
+        self.disk_config = {**config, "offload_device": DISK, "onload_device": DISK}
+        self.covered: set[str] = set()
+
+    def __call__(self, name: str, keys: frozenset[str]) -> dict[str, Any] | None:
+        listed = keys & self.disk_names
+        if not listed:
+            return None
+        if listed != keys:
+            raise ConfigError(
+                f"vram section: module {name!r} has some tensors on disk but not "
+                f"{sorted(keys - listed)[0]!r}: list all of its tensors in disk_tensors or none"
+            )
+        absent = sorted(k for k in keys if k not in self.disk_map)
+        if absent:
+            raise ConfigError(
+                f"vram section: disk tensor {absent[0]!r} is not in the checkpoint: fix "
+                "disk_tensors or the checkpoint path"
+            )
+        self.covered |= keys
+        return self.disk_config
+
+    def check_all_covered(self) -> None:
+        stray = sorted(self.disk_names - self.covered)
+        if stray:
+            raise ConfigError(
+                f"vram section: disk tensor {stray[0]!r} belongs to no wrapped module: add its "
+                "module class to module_map or drop it from disk_tensors"
+            )
+
+
+def install(model: nn.Module, section: VramSection, disk_map: Any = None) -> nn.Module:
+    module_map = {_find_class(model, cls): _WRAPPERS[w] for cls, w in section.module_map}
+    config = _torch_config(section)
+    if section.disk_tensors and disk_map is None:
+        if section.checkpoint is None:
+            raise ConfigError(
+                "vram section: disk_tensors are listed but no checkpoint is given: add "
+                "'checkpoint' to the section or pass disk_map="
+            )
+        from flextensor_runtime.diskmap import DiskMap
+
+        disk_map = DiskMap(section.checkpoint, config.get("computation_device", "cpu"))
+    chooser = _DiskChooser(set(section.disk_tensors), disk_map, config)
+    model = enable_vram_management(
+        model, module_map, config, vram_limit=section.vram_limit_gib, disk_map=disk_map,
+        vram_config_for=chooser if section.disk_tensors else None,
+    )  # fmt: skip
+    chooser.check_all_covered()
+    return model

@@ -1,0 +1,50 @@
+"""Shared construction steps of the VRAM wrappers.
+
+Owns: validating the wrappers' extra keyword options and finding where a module's weights are
+when it is wrapped (a real placement, or the disk tier for meta weights with a DiskMap).
+Must not know: what the wrappers compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.vram.placement import DISK, Placement
+
+__all__ = ["WRAPPER_OPTIONS", "check_options", "initial_placement"]
+
+WRAPPER_OPTIONS = ("memory_reader", "fp8_backend")
+
+
+def check_options(kwargs: Mapping[str, Any]) -> None:
+    unknown = sorted(set(kwargs) - set(WRAPPER_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"unknown VRAM wrapper option(s) {unknown}: the options are {list(WRAPPER_OPTIONS)}"
+        )
+
+
+def initial_placement(
+    params: Mapping[str, torch.Tensor], disk_map: Any, name: str
+) -> Placement | None:
+    """Where the managed parameters are now; None when there are none."""
+    if not params:
+        return None
+    first = next(iter(params.values()))
+    if any(p.device != first.device for p in params.values()):
+        devices = sorted({str(p.device) for p in params.values()})
+        raise VramManagementError(
+            f"module {name!r} has parameters on several devices {devices}: move it to one first"
+        )
+    if first.device.type == "meta":
+        if disk_map is None:
+            raise VramManagementError(
+                f"module {name!r} has meta parameters and no disk_map: pass disk_map= so its "
+                "weights can be loaded from the checkpoint"
+            )
+        return Placement(None, DISK)
+    return Placement(first.dtype, str(first.device))

@@ -1,0 +1,173 @@
+"""Discovery on small real models: order, gaps, ties, inner fields, repeats, unused, conditional,
+cross reads, meta device, manual blocks, and that it costs exactly one forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flextensor_compile.discover import discover
+from flextensor_compile.discover.manual import manual_blocks_supported
+from flextensor_compile.model_file import normalize_inputs
+from flextensor_runtime.model_tensors import model_tensor_entries
+from tests.compile import models
+
+
+def _discover(model, inputs, run=None, include=(), exclude=(), **kw):
+    return discover(model, normalize_inputs(inputs), run, include, exclude, **kw)
+
+
+def _tensors(d, trap):
+    return {t.name: t for t in d.tensors[trap]}
+
+
+def test_default_stack_order_gaps_and_one_forward():
+    model = models.Stack()
+    d = _discover(model, models.stack_inputs())
+    assert model.forwards == 1  # discovery costs one forward
+    assert d.plan.order == ("gap:start", "layers.0", "layers.1", "layers.2", "gap:after:layers.2")
+    assert d.report.default_include and d.report.unused == ()
+    assert [t.name for t in d.untrapped if t.name.startswith("head")] == ["head.weight"]
+    # buffers stay resident unless a pattern names them; parameters stream
+    layer0 = _tensors(d, "layers.0")
+    assert not layer0["layers.0.scale"].offloadable
+    assert layer0["layers.0.fc1.weight"].offloadable and layer0["layers.0.norm.bias"].offloadable
+
+
+def test_every_tensor_listed_once_with_runtime_names():
+    model = models.Stack(tie=True)
+    d = _discover(model, models.stack_inputs())
+    listed = [t.name for ts in d.tensors.values() for t in ts] + [t.name for t in d.untrapped]
+    assert sorted(listed) == sorted(e.name for e in model_tensor_entries(model))
+
+
+def test_tie_inside_untrapped_and_across_traps():
+    model = models.Stack(tie=True)
+    d = _discover(model, models.stack_inputs())
+    untrapped = {t.name: t for t in d.untrapped}
+    assert untrapped["head.weight"].tie == "embed.weight"
+    # tie across traps: embed in its own trap, head in another -> both pinned resident
+    d2 = _discover(models.Stack(tie=True), models.stack_inputs(), include=("embed", "head"))
+    embed, head = _tensors(d2, "embed")["embed.weight"], _tensors(d2, "head")["head.weight"]
+    assert head.tie == "embed.weight"
+    assert not embed.offloadable and not head.offloadable
+    assert d2.report.split_ties == ("embed.weight",) or "embed.weight" in d2.report.split_ties
+
+
+def test_inner_tensor_fields_move_with_parent():
+    model = models.Fp8Like()
+    d = _discover(model, models.x_inputs(), include=("layers.*",))
+    layer = _tensors(d, "layers.1")
+    inner = layer["layers.1.weight.scale"]
+    assert inner.kind == "inner" and inner.offloadable == layer["layers.1.weight"].offloadable
+    # excluding the parent pins its inner field too
+    d2 = _discover(models.Fp8Like(), models.x_inputs(), include=("layers.*",),
+                   exclude=("layers.1.weight",))  # fmt: skip
+    layer2 = _tensors(d2, "layers.1")
+    assert not layer2["layers.1.weight"].offloadable
+    assert not layer2["layers.1.weight.scale"].offloadable
+    assert layer2["layers.1.bias"].offloadable
+
+
+def test_repeated_modules():
+    d = _discover(models.Shared(), models.x_inputs())
+    assert d.plan.traps == ("layers.0", "layers.1", "layers.2")
+    assert d.report.repeated == {"layers.0": 2, "layers.1": 2}
+    assert "layers.0" in d.plan.contiguous and "layers.1" not in d.plan.contiguous
+    assert _tensors(d, "layers.0")["layers.0.fc1.weight"].offloadable  # back to back: one window
+    assert not _tensors(d, "layers.1")["layers.1.fc1.weight"].offloadable  # reused later
+    assert _tensors(d, "layers.2")["layers.2.fc1.weight"].offloadable
+
+
+def test_unused_module_reported_and_resident():
+    d = _discover(models.Stack(), models.stack_inputs(), include=("layers.*", "unused"))
+    assert d.report.unused == ("unused",)
+    assert "unused" not in d.plan.order
+    assert {t.name for t in d.untrapped} >= {"unused.weight", "unused.bias"}
+
+
+def test_conditional_module_kept_resident():
+    model = models.Conditional()
+    d = _discover(model, models.x_inputs(), run=models.run_twice)
+    assert model.calls == 2 and d.plan.iterations == 2
+    assert d.plan.traps == ("layers.0", "layers.2", "layers.1")
+    assert d.report.conditional == ("layers.2",)
+    assert not any(t.offloadable for t in d.tensors["layers.2"])
+    assert all(t.offloadable for t in d.tensors["layers.1"] if t.kind == "parameter")
+
+
+def test_tensor_discovery_cross_reads_and_moves():
+    d = _discover(models.CrossRead(), models.x_inputs(), include=("layers.*",))
+    w = _tensors(d, "layers.0")["layers.0.fc1.weight"]
+    assert not w.offloadable
+    assert d.report.cross_reads["layers.0.fc1.weight"] == ("layers.1",)
+    assert d.report.moved == {"gate": "layers.2"}
+    assert _tensors(d, "layers.2")["gate"].offloadable
+
+
+def test_meta_device_discovery_counts_flops_without_data():
+    model = models.Stack().to("meta")  # (torch.device("meta") init would import torch._dynamo)
+    d = _discover(model, models.stack_inputs())
+    assert d.meta and d.plan.traps == ("layers.0", "layers.1", "layers.2")
+    # each block: fc1 (6x8 @ 8x16) + fc2 (6x16 @ 16x8) = 2 * 2*6*8*16 FLOPs
+    assert d.flops["layers.1"] == 2 * 2 * 6 * 8 * 16
+    assert (
+        d.weight_bytes("layers.0")
+        == sum(p.numel() * 4 for p in model.layers[0].parameters()) + 4 * 8
+    )  # plus the `scale` buffer
+
+
+def test_nested_patterns_keep_the_outermost_module():
+    # a block and a module inside it both match: the block is the trap (dynamic nesting, a
+    # trap called inside another trap, is covered in test_manual_blocks)
+    model = models.Stack()
+    d = _discover(model, models.stack_inputs(), include=("layers.0", "layers.0.fc1", "extra.0"))
+    assert d.plan.traps == ("layers.0", "extra.0")
+
+
+@pytest.mark.skipif(
+    not manual_blocks_supported(), reason="the runtime's offload_block hook is not available"
+)
+def test_manual_offload_block_regions():
+    from flextensor_runtime.manual import offload_block
+
+    class Manual(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(models.DIM, models.DIM)
+            self.b = torch.nn.Linear(models.DIM, models.DIM)
+
+        def forward(self, x):
+            with offload_block("first"):
+                x = torch.nn.functional.linear(x, self.a.weight, self.a.bias)
+            with offload_block("second"):
+                x = torch.nn.functional.linear(x, self.b.weight, self.b.bias)
+            return x
+
+    d = _discover(Manual(), models.x_inputs(), include=("class:NoSuchClass*",))
+    assert d.plan.traps == ("first", "second")
+    assert d.plan.kinds["first"] == "manual"
+    assert {t.name for t in d.tensors["second"]} == {"b.weight", "b.bias"}
+
+
+def test_workload_that_never_calls_the_root_forward_is_one_iteration():
+    class Encoder(models.Stack):
+        def encode(self, ids):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Encoder()
+    d = _discover(model, models.stack_inputs(), run=lambda m, inputs: m.encode(*inputs))
+    assert d.whole_run and d.plan.iterations == 1 and model.forwards == 0
+    assert d.plan.order == ("gap:start", "layers.0", "layers.1", "layers.2")
+
+
+def test_weights_tied_by_storage_not_identity():
+    model = models.Stack()
+    model.head.weight = torch.nn.Parameter(model.embed.weight.data)  # same bytes, new object
+    d = _discover(model, models.stack_inputs(), include=("embed", "head", "layers.*"))
+    head = _tensors(d, "head")["head.weight"]
+    assert head.tie == "embed.weight" and not head.offloadable
+    assert not _tensors(d, "embed")["embed.weight"].offloadable

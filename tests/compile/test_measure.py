@@ -1,0 +1,142 @@
+"""Measurement: slot attribution, CPU timing, device choice, copy curves, targets, roofline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flextensor_compile.config import OffloadConfig
+from flextensor_compile.discover import discover
+from flextensor_compile.discover.hooks import Event
+from flextensor_compile.discover.slots import attribute, plan_slots
+from flextensor_compile.measure import (
+    choose_device,
+    get_target,
+    measure_compute,
+    roofline_ms,
+)
+from flextensor_compile.measure.bandwidth import measure_host_copies
+from flextensor_compile.measure.targets import targets
+from flextensor_compile.model_file import normalize_inputs
+from flextensor_runtime.errors import ConfigError
+from tests.compile import models
+
+
+def _ev(kind, name="", value=0.0):
+    return Event(kind, name, value)
+
+
+def test_attribution_of_traps_gaps_and_back_to_back_calls():
+    # iteration: 1 ms gap, A twice back to back (2 + 0.5 between + 3), 1 ms gap, B 4 ms, 2 ms tail
+    events = [_ev("begin", value=0), _ev("op"), _ev("enter", "A", 1), _ev("exit", "A", 3),
+              _ev("enter", "A", 3.5), _ev("exit", "A", 6.5), _ev("op"), _ev("enter", "B", 7.5),
+              _ev("exit", "B", 11.5), _ev("op"), _ev("end", value=13.5)]  # fmt: skip
+    plan = plan_slots(events, manual=set())
+    assert plan.order == ("gap:start", "A", "gap:after:A", "B", "gap:after:B")
+    assert plan.calls == {"A": 2, "B": 1} and plan.contiguous == {"A"}
+    ms = attribute(events, plan)
+    assert ms == {"gap:start": 1, "A": 5.5, "gap:after:A": 1, "B": 4, "gap:after:B": 2}
+    assert sum(ms.values()) == 13.5  # nothing lost, nothing counted twice
+    # two iterations average
+    assert attribute(events + events, plan) == ms
+
+
+def test_cpu_timing_is_a_median_per_slot_and_counts_forwards():
+    model = models.Stack()
+    inputs = normalize_inputs(models.stack_inputs())
+    disc = discover(model, inputs)
+    timing = measure_compute(
+        model, inputs, None, disc, iters=2, warmup=1, device=torch.device("cpu")
+    )
+    assert model.forwards == 1 + 3 and timing.forwards == 3 and not timing.streamed
+    assert set(timing.compute_ms) == set(disc.plan.order)
+    assert all(timing.compute_ms[t] > 0 for t in disc.plan.traps)
+
+
+def test_device_choice_rules():
+    emulated = choose_device(OffloadConfig(device="cpu"), weight_bytes=1234, meta=False)
+    assert emulated.spec.kind == "emulated" and emulated.spec.memory_bytes == 1234
+    assert emulated.timing_source == "measured-cpu" and "emulated device" in (emulated.note or "")
+    custom = choose_device(
+        OffloadConfig(device="cpu", device_memory_bytes=10**9, h2d_bytes_per_s=2e10), 5, False
+    )
+    assert (custom.spec.memory_bytes, custom.spec.h2d_bytes_per_s, custom.note) == (
+        10**9,
+        2e10,
+        None,
+    )
+    target = choose_device(OffloadConfig(target="l4"), 5, meta=True)
+    assert target.measure_on is None and target.timing_source == "roofline"
+    assert target.spec.name == "l4" and target.spec.memory_bytes == get_target("l4").memory_bytes
+    with pytest.raises(ConfigError, match=r"meta device.*--target"):
+        choose_device(OffloadConfig(), 5, meta=True)
+
+
+def test_host_copy_curve():
+    curve = measure_host_copies()
+    sizes = [p.bytes for p in curve.points]
+    assert sizes == sorted(sizes) and len(sizes) >= 3
+    assert curve.bytes_per_s == curve.points[-1].bytes_per_s > 0 and curve.latency_ms >= 0
+
+
+def test_target_table_has_the_documented_gpus():
+    names = {t.name for t in targets()}
+    assert names >= {"rtx4090", "a100-40g", "a100-80g", "h100-pcie", "h100-sxm", "h200", "l4"}
+    for t in targets():
+        assert t.memory_bytes > 16 * 2**30 and 1e10 <= t.h2d_bytes_per_s <= 1e11
+        assert t.peak_bf16_flops > 1e14 and t.hbm_bytes_per_s > 2e11
+
+
+def test_roofline_formula():
+    model = models.Stack().to("meta")
+    disc = discover(model, normalize_inputs(models.stack_inputs()))
+    target = get_target("h100-sxm")
+    ms = roofline_ms(disc, target)
+    flops, nbytes = disc.flops["layers.0"], disc.weight_bytes("layers.0")
+    expected = max(flops / target.peak_bf16_flops, nbytes / target.hbm_bytes_per_s) * 1e3
+    assert ms["layers.0"] == pytest.approx(expected) and ms["layers.0"] > 0
+
+
+@pytest.mark.cuda
+def test_cuda_timing_and_copy_curve():
+    from flextensor_compile.measure.bandwidth import measure_cuda_copies
+
+    device = torch.device("cuda")
+    curve = measure_cuda_copies(device, max_bytes=1 << 24)
+    assert curve.bytes_per_s > 1e9
+    model = models.Stack()
+    inputs = normalize_inputs(models.stack_inputs())
+    disc = discover(model, inputs)
+    timing = measure_compute(model, inputs, None, disc, iters=2, warmup=1, device=device)
+    assert all(timing.compute_ms[t] > 0 for t in disc.plan.traps)
+    assert next(model.parameters()).device.type == "cpu"  # left where it was
+    streamed = measure_compute(
+        model, inputs, None, disc, iters=2, warmup=1, device=device, fit_bytes=1
+    )
+    assert streamed.streamed and all(streamed.compute_ms[t] > 0 for t in disc.plan.traps)
+    assert next(model.parameters()).device.type == "cpu"
+
+
+def test_traps_sharing_tensors_are_not_streamed_while_timing():
+    from flextensor_compile.measure.timing import streamable_traps
+
+    d = discover(models.CrossRead(), normalize_inputs(models.x_inputs()), include=("layers.*",))
+    assert streamable_traps(d) == ("layers.1", "layers.2")  # layers.0's weight is read by layers.1
+    d = discover(
+        models.Stack(tie=True),
+        normalize_inputs(models.stack_inputs()),
+        include=("embed", "head", "layers.*"),
+    )
+    assert streamable_traps(d) == ("layers.0", "layers.1", "layers.2")
+
+
+def test_roofline_gap_counts_the_untrapped_weights_it_reads():
+    model = models.Stack().to("meta")
+    disc = discover(model, normalize_inputs(models.stack_inputs()))
+    tail = "gap:after:layers.2"
+    assert disc.gap_tensors[tail] >= {"head.weight", "extra.0.weight"}
+    assert "embed.weight" in disc.gap_tensors["gap:start"]
+    head_bytes = 20 * models.DIM * 4
+    assert disc.weight_bytes(tail) >= head_bytes
+    target = get_target("l4")
+    assert roofline_ms(disc, target)[tail] >= head_bytes / target.hbm_bytes_per_s * 1e3

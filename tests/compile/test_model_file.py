@@ -1,0 +1,137 @@
+"""The model-file contract and each bad-input case: one line naming the file and the cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from flextensor_compile.cli.app import app
+from flextensor_compile.cli.errors import run_guarded
+from flextensor_compile.model_file import (
+    build_model,
+    call_run,
+    load_model_spec,
+    make_inputs,
+    normalize_inputs,
+)
+from flextensor_runtime.errors import ModelFileError
+
+GOOD = """
+import torch
+INCLUDE = ["?"]
+def build_model():
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+def example_inputs():
+    return (torch.ones(1, 4),)
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "model.py") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_good_file_gives_functions_and_patterns(tmp_path):
+    spec = load_model_spec(_write(tmp_path, GOOD))
+    assert spec.include == ("?",) and spec.run is None
+    model = build_model(spec)
+    out = call_run(spec.run, model, make_inputs(spec), spec.source)
+    assert out.shape == (1, 4)
+
+
+def test_module_reference_with_inputs_reference():
+    spec = load_model_spec(
+        "profiles.tiny_transformer:build_model", "profiles.tiny_transformer:example_inputs"
+    )
+    assert spec.source == "profiles.tiny_transformer:build_model"
+    assert make_inputs(spec).args[0].shape == (1, 32)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "import torch\n",
+            r"model\.py: defines no build_model\(\); add `def build_model\(\) -> torch\.nn\.Module`",
+        ),
+        (
+            "x = 1\nraise RuntimeError('boom')\n",
+            r"model\.py: running the file raised RuntimeError: boom \(line 2\)",
+        ),
+        ("def build_model(:\n", r"model\.py: syntax error at line 1"),
+        ("build_model = 3\n", r"build_model is a int, not a function"),
+        (
+            "INCLUDE = 3\ndef build_model():\n    return None\n",
+            r"INCLUDE must be a list of pattern strings",
+        ),
+    ],
+)
+def test_bad_files(tmp_path, text, message):
+    with pytest.raises(ModelFileError, match=message):
+        load_model_spec(_write(tmp_path, text))
+
+
+def test_build_and_inputs_failures(tmp_path):
+    spec = load_model_spec(_write(tmp_path, "def build_model():\n    return 3\n"))
+    with pytest.raises(
+        ModelFileError, match=r"build_model\(\) returned int, not a torch\.nn\.Module"
+    ):
+        build_model(spec)
+    with pytest.raises(ModelFileError, match="defines no example_inputs\\(\\)"):
+        make_inputs(spec)
+    spec = load_model_spec(_write(tmp_path, "def build_model():\n    raise KeyError('w')\n"))
+    with pytest.raises(ModelFileError, match="build_model\\(\\) raised KeyError: 'w'"):
+        build_model(spec)
+
+
+def test_inputs_the_model_rejects(tmp_path):
+    spec = load_model_spec(_write(tmp_path, GOOD.replace("torch.ones(1, 4)", "torch.ones(1, 5)")))
+    with pytest.raises(
+        ModelFileError,
+        match=r"model\.py: the model's forward rejected the example inputs: RuntimeError: mat1 and mat2",
+    ) as info:
+        call_run(spec.run, build_model(spec), make_inputs(spec), spec.source)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file_and_module():
+    with pytest.raises(ModelFileError, match="no such model file"):
+        load_model_spec("does/not/exist.py")
+    with pytest.raises(
+        ModelFileError, match="importing 'no_such_pkg_xyz' raised ModuleNotFoundError"
+    ):
+        load_model_spec("no_such_pkg_xyz:build_model")
+
+
+def test_input_forms():
+    x = torch.ones(1)
+    assert normalize_inputs((x,)).args == (x,)
+    assert normalize_inputs({"a": x}).kwargs == {"a": x}
+    both = normalize_inputs(((x,), {"b": x}))
+    assert both.args == (x,) and both.kwargs == {"b": x}
+    assert normalize_inputs(x).args == (x,)
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        ("import torch\n", "defines no build_model()"),
+        (
+            "raise ValueError('bad config')\n",
+            "running the file raised ValueError: bad config (line 1)",
+        ),
+        (GOOD.replace("torch.ones(1, 4)", "torch.ones(1, 5)"), "rejected the example inputs"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_1(tmp_path, capsys, text, cause):
+    path = _write(tmp_path, text)
+    out = str(tmp_path / "p.msgpack")
+    code = run_guarded(lambda: app(["profile", path, "-o", out, "--quiet"], prog_name="ftc"), False)
+    err = capsys.readouterr().err.strip()
+    assert code == 1
+    assert len(err.splitlines()) == 1 and err.startswith(f"ftc: model file: {path}: ")
+    assert cause in err
+    assert not Path(out).exists()

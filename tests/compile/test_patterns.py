@@ -1,0 +1,77 @@
+"""Include / exclude patterns: every form (module glob, `?`, parameter-level, class:, buffers,
+exclude) and the default stack."""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+from flextensor_compile.discover.patterns import default_include, select_traps
+from flextensor_runtime.errors import ConfigError
+from tests.compile import models
+
+
+def test_module_glob_keeps_outermost_matches():
+    sel = select_traps(models.Stack(), ("layers.*",), ())
+    assert sel.traps == ("layers.0", "layers.1", "layers.2")
+    assert all(sel.only[t] is None for t in sel.traps)
+
+
+def test_question_mark_matches_one_character():
+    model = models.Stack(n=12)
+    sel = select_traps(model, ("layers.?",), ())
+    assert sel.traps == tuple(f"layers.{i}" for i in range(10))
+
+
+def test_parameter_level_pattern_patches_parent_offloads_only_matches():
+    sel = select_traps(models.Stack(), ("layers.*.fc?.weight",), ())
+    assert sel.traps == tuple(f"layers.{i}.fc{j}" for i in range(3) for j in (1, 2))
+    assert sel.only["layers.1.fc2"] == frozenset({"layers.1.fc2.weight"})
+
+
+def test_class_pattern_selects_by_module_class():
+    sel = select_traps(models.Stack(), ("class:Block",), ())
+    assert sel.traps == ("layers.0", "layers.1", "layers.2")
+    sel = select_traps(models.Stack(), ("class:Lin*",), ())
+    assert "unused" in sel.traps and "head" in sel.traps and "layers.0.fc1" in sel.traps
+
+
+def test_buffer_pattern_names_buffers_only_when_specific():
+    assert select_traps(models.Stack(), ("layers.*",), ()).buffers == frozenset()
+    sel = select_traps(models.Stack(), ("layers.*", "layers.*.scale"), ())
+    assert sel.buffers == {f"layers.{i}.scale" for i in range(3)}
+
+
+def test_exclude_modules_and_classes():
+    sel = select_traps(models.Stack(), ("layers.*",), ("layers.1",))
+    assert sel.traps == ("layers.0", "layers.2")
+    sel = select_traps(models.Stack(), ("class:Linear",), ("class:Linear",))
+    assert sel.traps == ()
+
+
+def test_default_include_is_largest_repeated_stack():
+    assert default_include(models.Stack()) == ("layers.?*",)
+
+    class TwoStacks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.big = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
+            self.small = nn.ModuleList(nn.Linear(4, 4) for _ in range(4))  # < 10% of bytes
+            self.also = nn.Sequential(*(nn.Linear(32, 32) for _ in range(4)))  # >= 10%
+
+    assert default_include(TwoStacks()) == ("also.?*", "big.?*")
+
+
+def test_default_without_stack_uses_top_level_children():
+    model = nn.Sequential()
+    model.add_module("a", nn.Linear(2, 2))
+    model.add_module("b", nn.ReLU())
+    model.add_module("c", nn.Conv1d(2, 2, 1))
+    assert default_include(model) == ("a", "c")
+
+
+def test_pattern_matching_nothing_suggests_the_closest_path():
+    with pytest.raises(
+        ConfigError, match=r"'layer\.\*' matches no module or tensor; did you mean 'layers\.0'"
+    ):
+        select_traps(models.Stack(), ("layer.*",), ())

@@ -1,0 +1,70 @@
+"""init_weights_on_device and skip_model_initialization."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+import torch
+from torch import nn
+
+from flextensor_runtime import init_weights_on_device, skip_model_initialization
+
+
+class WithBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.register_buffer("table", torch.arange(4.0))
+
+
+def test_parameters_go_to_meta_buffers_stay() -> None:
+    with init_weights_on_device():
+        model = WithBuffer()
+    assert model.linear.weight.device.type == "meta" and model.linear.weight.requires_grad
+    assert model.table.device.type == "cpu" and torch.equal(model.table, torch.arange(4.0))
+
+
+def test_include_buffers_puts_buffers_on_the_device_too() -> None:
+    with init_weights_on_device("meta", include_buffers=True):
+        model = WithBuffer()
+        created = torch.zeros(2)
+    assert model.table.device.type == "meta" and created.device.type == "meta"
+    assert model.linear.bias.device.type == "meta"
+    assert torch.zeros(2).device.type == "cpu"  # default device restored
+
+
+def test_hooks_restored_even_when_the_block_raises() -> None:
+    register = nn.Module.register_parameter
+    kaiming = nn.init.kaiming_uniform_
+    with pytest.raises(RuntimeError, match="boom"), skip_model_initialization():
+        raise RuntimeError("boom")
+    assert nn.Module.register_parameter is register and nn.init.kaiming_uniform_ is kaiming
+    assert nn.Linear(2, 2).weight.device.type == "cpu"
+
+
+def test_skip_model_initialization_on_cpu_skips_initialisers() -> None:
+    calls: list[str] = []
+    original = nn.init.kaiming_uniform_
+
+    def spy(tensor: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        calls.append("init")
+        return original(tensor, *args, **kwargs)
+
+    nn.init.kaiming_uniform_ = spy
+    try:
+        nn.Linear(3, 3)
+        assert calls == ["init"]
+        with skip_model_initialization("cpu"):
+            layer = nn.Linear(3, 3)
+        assert calls == ["init"] and layer.weight.device.type == "cpu"
+    finally:
+        nn.init.kaiming_uniform_ = original
+
+
+def test_meta_model_builds_without_touching_host_memory() -> None:
+    process = psutil.Process()
+    before = process.memory_info().rss
+    with init_weights_on_device():
+        big = nn.Linear(20_000, 20_000)  # 1.6 GB if its weight were initialised on the host
+    assert process.memory_info().rss - before < 200 * 2**20
+    assert big.weight.device.type == "meta" and big.weight.shape == (20_000, 20_000)

@@ -1,0 +1,164 @@
+"""`python -m bench.gpu [--smoke]`: offloaded vs resident latency, copy/compute overlap and peak
+device memory of a ~1 GB fp16 stack at 30/50/70% weight budgets, next to diffusers group
+offloading with streams. `--smoke` runs a tiny model on the CPU (checks the script works).
+Finishes in well under 5 minutes on one GPU."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from bench.runtime.models import Stack, stack
+from flextensor_runtime.backend import CpuBackend, CudaBackend, DeviceBackend
+from flextensor_runtime.deploy import handle, offload_from_profile
+from flextensor_runtime.profile import Profile
+
+
+@dataclass(frozen=True)
+class Setup:
+    device: str
+    depth: int
+    dim: int
+    tokens: int
+    dtype: torch.dtype
+    iters: int
+
+
+FULL = Setup("cuda", 32, 4096, 2048, torch.float16, 20)  # 32 x 32 MiB = 1 GiB of weights
+SMOKE = Setup("cpu", 8, 128, 16, torch.float32, 5)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time_ms(fn: Callable[[], object], s: Setup) -> float:
+    fn()
+    _sync(s.device)
+    times = []
+    for _ in range(s.iters):
+        t0 = time.perf_counter()
+        fn()
+        _sync(s.device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _peak_bytes(s: Setup, backend: DeviceBackend | None = None) -> int:
+    if s.device == "cuda":
+        return torch.cuda.max_memory_allocated()
+    return backend.peak_held_bytes if backend is not None else 0
+
+
+def _reset_peak(s: Setup) -> None:
+    if s.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _model(s: Setup) -> Stack:
+    return stack(s.depth, s.dim).to(s.dtype)
+
+
+def budget_profile(model: Stack, fraction: float) -> Profile:
+    """Stream the fewest leading layers so resident + 2 blocks fit `fraction` of the weights."""
+    from tests.runtime.plans import build_profile  # the test planner, until `ftc` is wired in
+
+    layer = sum(p.numel() * p.element_size() for p in model.blocks[0].parameters())
+    total = layer * len(model.blocks)
+    streamed = min(
+        len(model.blocks), max(2, math.ceil((total * (1 - fraction) + 2 * layer) / layer))
+    )
+    names = [f"blocks.{i}" for i in range(len(model.blocks))]
+    return build_profile(model, names, streamed=names[:streamed], num_blocks=2, prefetch=1)
+
+
+def _copy_ms(s: Setup, nbytes: int) -> float:
+    if s.device != "cuda":
+        return 0.0
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    return _time_ms(lambda: dev.copy_(host, non_blocking=True), s)
+
+
+def _backend(s: Setup) -> DeviceBackend:
+    return CudaBackend() if s.device == "cuda" else CpuBackend()
+
+
+def run(s: Setup) -> list[tuple[str, float, float, float]]:
+    """Rows: (variant, latency ms, overlap fraction, peak device MiB)."""
+    x = torch.randn(s.tokens, s.dim, dtype=s.dtype, device=s.device)
+    rows = []
+    _reset_peak(s)
+    resident = _model(s).to(s.device)
+    with torch.inference_mode():
+        resident_ms = _time_ms(lambda m=resident: m(x), s)
+        reference = resident(x)
+    rows.append(("resident", resident_ms, float("nan"), _peak_bytes(s) / 2**20))
+    del resident
+    for fraction in (0.3, 0.5, 0.7):
+        _reset_peak(s)
+        model = _model(s)
+        profile = budget_profile(model, fraction)
+        backend = _backend(s)
+        offload_from_profile(model, profile, backend=backend, log_events=False)
+        with torch.inference_mode():
+            ms = _time_ms(lambda m=model: m(x), s)
+            assert torch.equal(model(x), reference), "offloaded output differs from resident"
+        copy = _copy_ms(s, profile.predicted.streamed_bytes)
+        hidden = resident_ms + copy - ms
+        overlap = max(0.0, min(1.0, hidden / min(resident_ms, copy))) if copy else float("nan")
+        rows.append(
+            (
+                f"flextensor {int(fraction * 100)}% budget",
+                ms,
+                overlap,
+                _peak_bytes(s, backend) / 2**20,
+            )
+        )
+        handle(model).remove()
+        del model
+    rows.append(_group_offload(s, x))
+    return rows
+
+
+def _group_offload(s: Setup, x: torch.Tensor) -> tuple[str, float, float, float]:
+    from diffusers.hooks import apply_group_offloading
+
+    _reset_peak(s)
+    model = _model(s)
+    streams = s.device == "cuda"
+    apply_group_offloading(model, onload_device=s.device, offload_device="cpu", offload_type="block_level",
+                           num_blocks_per_group=1, use_stream=streams)  # fmt: skip
+    with torch.inference_mode():
+        ms = _time_ms(lambda: model(x), s)
+    return (f"diffusers group offload (block{', streams' if streams else ''})", ms, float("nan"),
+            _peak_bytes(s) / 2**20)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu")
+    parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU")
+    args = parser.parse_args()
+    s = SMOKE if args.smoke else FULL
+    if args.smoke:
+        torch.set_num_threads(1)
+    if s.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench.gpu needs a CUDA device; run `python -m bench.gpu --smoke` on CPU")
+    weights = s.depth * (s.dim * s.dim + s.dim) * torch.empty((), dtype=s.dtype).element_size()
+    print(f"{s.device}: {s.depth} x Linear({s.dim}) {str(s.dtype).removeprefix('torch.')}, "
+          f"{weights / 2**20:.0f} MiB of weights, {s.tokens} tokens")  # fmt: skip
+    print(f"{'variant':40s} {'latency ms':>11s} {'overlap':>8s} {'peak MiB':>9s}")
+    for name, ms, overlap, peak in run(s):
+        print(f"{name:40s} {ms:11.3f} {overlap:8.2f} {peak:9.1f}")
+
+
+if __name__ == "__main__":
+    main()

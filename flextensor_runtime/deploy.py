@@ -1,0 +1,170 @@
+"""Deployment: `load_profile`, `offload_from_profile(model, path)` and `handle(model)`.
+
+Owns: the public entry points: load and validate a profile, bind it to the model (fingerprint
+mismatch -> `ProfileMismatchError`), check the plan's peak fits the device's free memory now
+(`BudgetError`), install, and the `OffloadHandle` (`remove()`, `report()`, the event log).
+Must not know: the compiler, typer or rich; how traps, blocks or copies work inside.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from flextensor_runtime import profile as profile_format
+from flextensor_runtime.backend import DeviceBackend, select_backend
+from flextensor_runtime.bind import Binding, bind_profile
+from flextensor_runtime.cache_section import cache_section_from_extensions, install_cache
+from flextensor_runtime.errors import BudgetError, ConfigError
+from flextensor_runtime.events import EventLog
+from flextensor_runtime.install import Deployment, install
+from flextensor_runtime.lazy_load import Checkpoint
+from flextensor_runtime.manual import current_model
+from flextensor_runtime.profile import Profile
+from flextensor_runtime.report import Report, build_report
+
+__all__ = ["OffloadHandle", "handle", "load_profile", "offload_from_profile", "print_report"]
+
+_HANDLE_ATTR = "_ft_handle"
+
+
+def load_profile(path: str | os.PathLike[str]) -> Profile:
+    """Read and validate an offload profile (no model needed); errors are one-line `ProfileError`s."""
+    return profile_format.load(path)
+
+
+@dataclass
+class OffloadHandle:
+    """The installed profile of one model: `remove()`, `report()`, `events`."""
+
+    deployment: Deployment
+    cache: Any = None  # the installed `caches` section (set_step, report), when the profile has one
+
+    @property
+    def profile(self) -> Profile:
+        return self.deployment.profile
+
+    @property
+    def backend(self) -> DeviceBackend:
+        return self.deployment.backend
+
+    @property
+    def events(self) -> EventLog | None:
+        """The event log (None when installed with `log_events=False`)."""
+        return self.deployment.log
+
+    @property
+    def installed(self) -> bool:
+        return self.deployment.runtime is not None
+
+    def report(self) -> Report:
+        """Per trap: calls, copies issued, bytes moved, stalls, wait time; totals and memory."""
+        dep = self.deployment
+        if dep.runtime is None:
+            raise ConfigError("the profile was removed from this model; report() before remove()")
+        b = dep.backend
+        return build_report(dep.profile, dep.runtime.counters, str(b.device), b.held_bytes,
+                            b.peak_held_bytes)  # fmt: skip
+
+    def remove(self) -> None:
+        """Restore parameters, forwards and devices exactly as before install."""
+        dep = self.deployment
+        if dep.runtime is None:
+            return
+        if self.cache is not None:
+            self.cache.remove()
+            self.cache = None
+        dep.backend.synchronize()
+        dep.uninstall()
+        dep.runtime = None
+        dep.hosts.clear()
+        dep.model.__dict__.pop(_HANDLE_ATTR, None)
+        if current_model.get() is dep.model:
+            current_model.set(None)
+
+
+def handle(model: nn.Module) -> OffloadHandle:
+    """The `OffloadHandle` of a model that `offload_from_profile` installed a profile on."""
+    h = model.__dict__.get(_HANDLE_ATTR)
+    if h is None:
+        raise ConfigError(
+            f"{type(model).__name__} has no offload profile installed; call "
+            "offload_from_profile(model, path) first"
+        )
+    return h
+
+
+def _check_budget(profile: Profile, binding: Binding, backend: DeviceBackend) -> None:
+    seen: set[int] = set()
+    already = 0
+    for ref in binding.refs.values():
+        if id(ref) in seen:
+            continue
+        seen.add(id(ref))
+        if backend.holds(ref.tensor):
+            already += ref.tensor.numel() * ref.tensor.element_size()
+    free = backend.free_bytes()
+    need = profile.predicted.peak_bytes
+    if need > free + already:
+        raise BudgetError(
+            f"the plan's peak of {need} bytes does not fit {backend.device}: {free} bytes free "
+            f"now (+{already} already held by the model); free device memory or recompile with "
+            f"--budget {free + already}"
+        )
+
+
+def offload_from_profile(
+    model: nn.Module,
+    path: str | os.PathLike[str] | Profile,
+    *,
+    device: torch.device | str | None = None,
+    strict: bool = True,
+    checkpoint: str | os.PathLike[str] | None = None,
+    backend: DeviceBackend | None = None,
+    log_events: bool = True,
+) -> nn.Module:
+    """Install the offload profile at `path` on `model` and return the same model.
+
+    No discovery, profiling or warm-up: the first forward runs the planned schedule. `strict`
+    rejects model tensors the profile does not list (False leaves them where they are).
+    `checkpoint` (a .safetensors file or sharded index) fills weights, e.g. of a model built on
+    the meta device, straight into their final place. `backend` overrides `device`. On any error
+    the model is left unchanged.
+    """
+    if _HANDLE_ATTR in model.__dict__:
+        raise ConfigError(
+            f"{type(model).__name__} already has an offload profile installed; call "
+            "handle(model).remove() first"
+        )
+    profile = path if isinstance(path, Profile) else load_profile(path)
+    if isinstance(path, Profile):
+        profile_format.check_profile(profile)
+    binding = bind_profile(profile, model, strict=strict)
+    be = backend if backend is not None else select_backend(device, profile.config.pinned_memory)
+    _check_budget(profile, binding, be)
+    ckpt = Checkpoint(checkpoint) if checkpoint is not None else None
+    section = cache_section_from_extensions(profile.extensions)  # parsed before any change
+    dep = Deployment(model, profile, binding, be, EventLog() if log_events else None)
+    install(dep, ckpt)
+    h = OffloadHandle(dep)
+    try:  # caches go on top of the weight streaming (a hit skips the module and its traps)
+        h.cache = install_cache(model, section) if section is not None else None
+    except BaseException:
+        dep.uninstall()
+        dep.runtime = None
+        dep.hosts.clear()
+        raise
+    model.__dict__[_HANDLE_ATTR] = h
+    current_model.set(model)
+    return model
+
+
+def print_report(model: nn.Module) -> str:
+    """Print (and return) the report table of an installed model (used by `make demo`)."""
+    text = handle(model).report().table()
+    print(text)
+    return text

@@ -1,0 +1,267 @@
+"""Installing a bound profile on a model, transactionally, and undoing it exactly.
+
+Owns: the order of installation (device blocks once; per transfer a host buffer filled from the
+model or the checkpoint, then the originals released; resident weights moved once; traps
+patched onto module forwards; the cyclic prologue issued) and an undo stack, so a failure at any
+step, or `remove()`, restores parameters, forwards and devices.
+Must not know: profile files, the trap state machine's internals, report formatting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+from torch import nn
+
+from flextensor_runtime.backend import DeviceBackend
+from flextensor_runtime.bind import Binding, TensorRef
+from flextensor_runtime.errors import InstallError, ModelFileError
+from flextensor_runtime.events import EventLog
+from flextensor_runtime.lazy_load import Checkpoint
+from flextensor_runtime.profile import Profile, TensorEntry
+from flextensor_runtime.schedule import Tables, build_tables
+from flextensor_runtime.transfer_modes import StreamedTensor, check_mode, make_mode
+from flextensor_runtime.traps import Runtime
+from flextensor_runtime.views import placeholder, torch_dtype, typed_view
+
+__all__ = ["Deployment", "install"]
+
+
+@dataclass
+class Deployment:
+    """An installed profile: what runs it and what undoes it."""
+
+    model: nn.Module
+    profile: Profile
+    binding: Binding
+    backend: DeviceBackend
+    log: EventLog | None
+    runtime: Runtime | None = None
+    tables: Tables | None = None
+    hosts: list[torch.Tensor] = field(default_factory=list)
+    undo: list[Callable[[], None]] = field(default_factory=list)
+
+    def uninstall(self) -> None:
+        """Run the undo stack (last step first)."""
+        while self.undo:
+            self.undo.pop()()
+
+
+def _groups(profile: Profile, binding: Binding) -> dict[str, list[TensorRef]]:
+    """canonical name -> distinct refs of it and of every tensor tied to it."""
+    groups: dict[str, list[TensorRef]] = {}
+    for e in profile.all_tensors():
+        canon = e.tie or e.name
+        refs = groups.setdefault(canon, [])
+        ref = binding.refs[e.name]
+        if all(r is not ref for r in refs):
+            refs.append(ref)
+    return groups
+
+
+def _source_name(
+    canon: str, profile_names: dict[str, list[str]], ckpt: Checkpoint | None
+) -> str | None:
+    if ckpt is None:
+        return None
+    for name in profile_names[canon]:
+        if name in ckpt:
+            return name
+    return None
+
+
+class _Installer:
+    def __init__(self, dep: Deployment, checkpoint: Checkpoint | None, mode: str) -> None:
+        self.dep, self.ckpt, self.mode = dep, checkpoint, mode
+        self.groups = _groups(dep.profile, dep.binding)
+        self.names: dict[str, list[str]] = {}
+        for e in dep.profile.all_tensors():
+            self.names.setdefault(e.tie or e.name, []).append(e.name)
+
+    def check_sources(self) -> None:
+        """Before any change: every meta tensor has a source, every source has the right shape."""
+        if self.ckpt is not None:
+            for canon in self.groups:
+                src = _source_name(canon, self.names, self.ckpt)
+                if src is not None:
+                    self.ckpt.check_shape(src, _entry(self.dep.profile, canon).shape)
+        missing = [c for c, refs in self.groups.items()
+                   if refs[0].tensor.device.type == "meta" and _source_name(c, self.names, self.ckpt) is None]  # fmt: skip
+        if missing:
+            more = f" (+{len(missing) - 3} more)" if len(missing) > 3 else ""
+            raise ModelFileError(
+                f"{len(missing)} tensors are on the meta device and not in the checkpoint: "
+                f"{', '.join(missing[:3])}{more}; pass checkpoint= with every weight, or build "
+                "those tensors on a real device"
+            )
+
+    def fill(self, canon: str, dst: torch.Tensor) -> None:
+        src = _source_name(canon, self.names, self.ckpt)
+        if src is not None:
+            assert self.ckpt is not None
+            self.ckpt.read_into(src, dst)
+        else:
+            dst.copy_(self.groups[canon][0].tensor.detach())
+
+    def _set(
+        self, refs: list[TensorRef], data: torch.Tensor, restore: Callable[[], torch.Tensor]
+    ) -> None:
+        origin = refs[0].tensor.device
+        back_to = torch.device("cpu") if origin.type == "meta" else origin
+        for ref in refs:
+            ref.set_data(data)
+
+        def undo() -> None:
+            restored = restore().to(back_to)
+            for ref in refs:
+                ref.set_data(restored)
+
+        self.dep.undo.append(undo)
+
+    def streamed(self, tables: Tables, regions: list[torch.Tensor]) -> list[list[StreamedTensor]]:
+        dep, out = self.dep, []
+        for plan in tables.transfers:
+            t = plan.transfer
+            host = dep.backend.alloc_host(t.bytes)
+            dep.hosts.append(host)
+            group = []
+            for e in plan.entries:
+                assert e.offset is not None  # streamed entries have offsets (check_profile)
+                rel = e.offset - t.offset
+                view = typed_view(host, rel, e)
+                self.fill(e.name, view)
+                refs = self.groups[e.name]
+                if self.mode == "allocation_block_transfer":
+                    data = typed_view(regions[plan.index], rel, e)
+                else:
+                    data = placeholder(e, dep.backend.device)
+                self._set(refs, data, partial(torch.Tensor.clone, view))
+                group.append(StreamedTensor(rel, e, tuple(refs), view))
+            out.append(group)
+        return out
+
+    def resident(self) -> None:
+        backend = self.dep.backend
+        for canon, refs in self.groups.items():
+            e = _entry(self.dep.profile, canon)
+            if e.placement != "resident":
+                continue
+            current = refs[0].tensor
+            if current.device.type == "meta" or _source_name(canon, self.names, self.ckpt):
+                data = backend.empty_device(tuple(e.shape), tuple(e.stride), torch_dtype(e.dtype))
+                self.fill(canon, data)
+            else:
+                data = backend.to_device(current.detach())
+            nbytes = e.bytes
+            self._set(refs, data, partial(_same, data))
+            self.dep.undo.append(partial(backend.uncount, nbytes))
+
+
+def _free_all(free: Callable[[int], None], count: int) -> None:
+    for k in range(count):
+        free(k)
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _entry(profile: Profile, name: str) -> TensorEntry:
+    for e in profile.all_tensors():
+        if e.name == name:
+            return e
+    raise AssertionError(name)
+
+
+def _alloc_blocks(dep: Deployment, tables: Tables) -> list[torch.Tensor]:
+    backend = dep.backend
+    blocks = {}
+    for b in dep.profile.blocks:
+        blocks[b.id] = backend.alloc_device(b.bytes)
+        dep.undo.append(partial(backend.uncount, b.bytes))
+    return [
+        blocks[p.transfer.block][p.transfer.offset : p.transfer.offset + p.transfer.bytes]
+        for p in tables.transfers
+    ]
+
+
+def _patch(dep: Deployment, runtime: Runtime) -> None:
+    seen: dict[int, str] = {}
+    for i, trap in enumerate(dep.profile.traps):
+        module = dep.binding.modules.get(trap.name)
+        if module is None:
+            continue
+        if id(module) in seen:
+            raise InstallError(
+                f"traps {seen[id(module)]!r} and {trap.name!r} are the same module object; "
+                "recompile the profile with one trap per module"
+            )
+        seen[id(module)] = trap.name
+        runtime.modules[i] = module
+        had = "forward" in module.__dict__
+        previous = module.__dict__.get("forward")
+        module.forward = _trap_forward(runtime, i, module.forward)  # type: ignore[method-assign]
+        module.__dict__["_ft_offload_name"] = trap.name
+
+        def undo(m: nn.Module = module, had: bool = had, previous: object = previous) -> None:
+            del m.__dict__["forward"]
+            del m.__dict__["_ft_offload_name"]
+            if had:
+                m.__dict__["forward"] = previous
+
+        dep.undo.append(undo)
+
+
+def _trap_forward(runtime: Runtime, i: int, original: Callable) -> Callable:
+    enter, exit_ = runtime.enter, runtime.exit
+
+    def forward(*args, **kwargs):
+        enter(i)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            exit_(i)
+
+    forward._ft_original_forward_func = original  # type: ignore[attr-defined]
+    return forward
+
+
+def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
+    """Install `dep.profile` on `dep.model`; on any failure undo every step and re-raise."""
+    mode = dep.profile.config.transfer_mode
+    check_mode(mode)
+    profile = dep.profile
+    virtual = {i for i, t in enumerate(profile.traps)
+               if t.kind == "gap" and t.name not in dep.binding.modules}  # fmt: skip
+    tables = build_tables(profile, virtual)
+    inst = _Installer(dep, checkpoint, mode)
+    inst.check_sources()
+    try:
+        regions = _alloc_blocks(dep, tables) if mode != "strategy" else []
+        streamed = inst.streamed(tables, regions)
+        inst.resident()
+        hooks = make_mode(mode, dep.backend, tables, regions, dep.hosts, streamed)
+        runtime = Runtime(tables, [t.name for t in profile.traps], dep.backend, hooks.copy_fns,
+                          hooks.bind_fn, hooks.unbind_fn, hooks.free_fn,
+                          dep.log.raw if dep.log is not None else None)  # fmt: skip
+        runtime.calls = [t.calls for t in profile.traps]
+        for i, trap in enumerate(profile.traps):
+            params = {id(r.tensor): r.tensor for e in trap.tensors
+                      for r in [dep.binding.refs[e.name]] if isinstance(r.tensor, nn.Parameter)}  # fmt: skip
+            runtime.grad_tensors[i] = tuple(params.values())
+        _patch(dep, runtime)
+        dep.runtime, dep.tables = runtime, tables
+        runtime.prologue()
+        free = hooks.free_fn
+        if free is not None:
+            dep.undo.append(partial(_free_all, free, len(streamed)))
+    except BaseException:
+        dep.uninstall()
+        dep.hosts.clear()
+        raise
+    finally:
+        if checkpoint is not None:
+            checkpoint.release_staging()

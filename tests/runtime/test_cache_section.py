@@ -1,0 +1,46 @@
+"""A profile's `caches` section is installed on top of weight streaming and removed with it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from flextensor_runtime.cache_section import (
+    cache_section_to_data,
+    install_cache,
+    parse_cache_section,
+    parse_cache_spec,
+)
+from tests.runtime.conftest import assert_same, deploy, snapshot
+from tests.runtime.models import block_names, tiny_lm
+from tests.runtime.plans import build_profile
+
+
+def test_cache_section_composes_with_streaming() -> None:
+    section = parse_cache_section(parse_cache_spec("fixed-step:module=blocks.1;skip=1"))
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randint(0, 64, (2, 8), generator=g) for _ in range(3)]
+    plain = tiny_lm()
+    with torch.no_grad():
+        uncached = [plain(ids) for ids in inputs]
+    cached = install_cache(plain, section)
+    expected = []
+    with torch.no_grad():
+        for step, ids in enumerate(inputs):
+            with cached.step(step, 3):
+                expected.append(plain(ids))
+    assert not torch.equal(expected[1], uncached[1])  # step 1 replays blocks.1
+    model = tiny_lm()
+    before = snapshot(model)
+    profile = build_profile(model, block_names(model), num_blocks=2, prefetch=2)
+    profile = replace(profile, extensions={"caches": cache_section_to_data(section)})
+    h = deploy(model, profile)
+    assert h.cache is not None
+    with torch.no_grad():
+        for step, ids in enumerate(inputs):
+            with h.cache.step(step, 3):
+                assert torch.equal(model(ids), expected[step])
+    assert h.cache.report().hits == cached.report().hits >= 1
+    h.remove()
+    assert_same(model, before)

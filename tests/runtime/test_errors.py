@@ -1,0 +1,146 @@
+"""Precise errors, model left unchanged: another model, a changed shape, a wrong dtype, a budget
+larger than the free device memory, a failure in the middle of install, misuse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from flextensor_runtime.backend import CpuBackend
+from flextensor_runtime.deploy import load_profile, offload_from_profile
+from flextensor_runtime.errors import (
+    BudgetError,
+    InferenceOnlyError,
+    InstallError,
+    ProfileFormatError,
+    ProfileMismatchError,
+)
+from tests.runtime.conftest import assert_same, deploy, snapshot
+from tests.runtime.models import SharedBlockNet, block_names, tiny_lm
+from tests.runtime.plans import build_profile
+
+
+def _profile():
+    model = tiny_lm()
+    return build_profile(model, block_names(model), num_blocks=2, prefetch=2)
+
+
+def test_profile_for_another_model() -> None:
+    profile = _profile()
+    other = SharedBlockNet().eval()
+    before = snapshot(other)
+    with pytest.raises(ProfileMismatchError) as err:
+        deploy(other, profile)
+    msg = str(err.value)
+    assert "missing: blocks.0.down.bias" in msg and "extra: inp.bias" in msg
+    assert "\n" not in msg and "ftc profile" in msg
+    assert_same(other, before)
+
+
+def test_changed_layer_shape() -> None:
+    profile = _profile()
+    model = tiny_lm()
+    model.blocks[2].down = nn.Linear(64, 48)
+    before = snapshot(model)
+    with pytest.raises(
+        ProfileMismatchError, match=r"reshaped: blocks\.2\.down\.bias \[32\]->\[48\]"
+    ):
+        deploy(model, profile)
+    assert_same(model, before)
+
+
+def test_wrong_dtype() -> None:
+    profile = _profile()
+    model = tiny_lm()
+    model.blocks[1].half()
+    before = snapshot(model)
+    with pytest.raises(
+        ProfileMismatchError, match=r"re-typed: blocks\.1\.down\.bias float32->float16"
+    ):
+        deploy(model, profile)
+    assert_same(model, before)
+
+
+def test_trap_module_missing() -> None:
+    with_extra = tiny_lm()
+    with_extra.blocks[3].extra = nn.Identity()  # a module without tensors: same fingerprint
+    profile = build_profile(with_extra, [*block_names(with_extra), "blocks.3.extra"])
+    model = tiny_lm()
+    before = snapshot(model)
+    with pytest.raises(
+        ProfileMismatchError, match=r"traps 1 modules this model lacks: blocks\.3\.extra"
+    ):
+        deploy(model, profile)
+    assert_same(model, before)
+
+
+def test_budget_larger_than_free_memory() -> None:
+    profile = _profile()
+    model = tiny_lm()
+    before = snapshot(model)
+    peak = profile.predicted.peak_bytes
+    with pytest.raises(BudgetError) as err:
+        deploy(model, profile, backend=CpuBackend(free_bytes_override=peak - 1))
+    assert f"peak of {peak} bytes" in str(err.value) and f"{peak - 1} bytes free" in str(err.value)
+    assert_same(model, before)
+    deploy(model, profile, backend=CpuBackend(free_bytes_override=peak))
+
+
+class _FailingBackend(CpuBackend):
+    """Runs out of host memory after `ok` buffers (fault injection on a real backend)."""
+
+    def __init__(self, ok: int) -> None:
+        super().__init__()
+        self.ok = ok
+
+    def alloc_host(self, nbytes: int) -> torch.Tensor:
+        if self.ok == 0:
+            raise InstallError(f"cannot allocate {nbytes} bytes of host memory; free host memory")
+        self.ok -= 1
+        return super().alloc_host(nbytes)
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+def test_failure_midway_rolls_back(mode: str) -> None:
+    model = tiny_lm()
+    profile = build_profile(model, block_names(model), num_blocks=2, prefetch=2, mode=mode)
+    ids = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        plain = model(ids)
+    before = snapshot(model)
+    backend = _FailingBackend(ok=2)
+    with pytest.raises(InstallError, match="host memory"):
+        offload_from_profile(model, profile, backend=backend)
+    assert_same(model, before)
+    assert backend.held_bytes == 0
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain)
+
+
+def test_damaged_profile_file(tmp_path) -> None:
+    path = tmp_path / "bad.msgpack"
+    path.write_bytes(b"\x81\xa3not a profile")
+    with pytest.raises(ProfileFormatError, match=r"bad\.msgpack"):
+        load_profile(path)
+    model = tiny_lm()
+    before = snapshot(model)
+    with pytest.raises(ProfileFormatError):
+        offload_from_profile(model, path, backend=CpuBackend())
+    assert_same(model, before)
+
+
+def test_inference_only_guard() -> None:
+    model = tiny_lm()
+    ids = torch.randint(0, 64, (2, 8))
+    deploy(model, _profile())
+    with pytest.raises(InferenceOnlyError, match=r"torch\.inference_mode"):
+        model(ids)  # autograd on, weights require grad
+    model.train()
+    with pytest.raises(InferenceOnlyError, match="training mode"), torch.no_grad():
+        model(ids)
+    model.eval()
+    with torch.inference_mode():
+        model(ids)
+    model.requires_grad_(False)
+    model(ids)  # no weight needs a gradient: allowed

@@ -2,7 +2,8 @@
 
 For every instance x bandwidth (PCIe4, PCIe5) x budget (30/50/70/90% of weight bytes) it prints
 our predicted makespan over the lower bound LB = max(total compute, copy time of (weights -
-budget)), the stall, the peak against the budget and the solve time; and the same for FlexTensor
+budget)), the stall, the peak against the budget and the solve time (CPU, best of 3); and the
+same for FlexTensor
 0.5's AdaptiveStrategy (streamed set judged by our simulator) when `--peer-python` names an
 interpreter that has `flextensor==0.5.0` installed (`make bench-plan-quality` sets one up).
 """
@@ -21,6 +22,7 @@ from flextensor_compile.solve import Plan, problem_from_stats, solve
 from flextensor_runtime.profile import PlanConfig
 
 FRACTIONS = (0.3, 0.5, 0.7, 0.9)
+REPEATS = 3
 HEADER = (f"{'instance':<26}{'link':<6}{'budget':>7}{'LB ms':>10}{'ours/LB':>9}{'stall ms':>10}"
           f"{'peak/bud':>9}{'solve ms':>9}{'FT/LB':>8}{'FT peak/bud':>12}{'FT s':>7}  FT pick")  # fmt: skip
 
@@ -100,9 +102,11 @@ def main() -> None:
     print(HEADER)
     rows = []
     for case, answer in zip(cases, answers, strict=True):
-        start = time.process_time()
-        plan = solve(case[4], "adaptive")
-        solve_ms = (time.process_time() - start) * 1e3
+        solve_ms = float("inf")
+        for _ in range(REPEATS):  # best of REPEATS: the machine's other load only adds time
+            start = time.process_time()
+            plan = solve(case[4], "adaptive")
+            solve_ms = min(solve_ms, (time.process_time() - start) * 1e3)
         peer = judge(case[4], answer) if answer is not None else None
         rows.append(_row(case, plan, solve_ms, peer))
         print(_fmt(rows[-1]), flush=True)

@@ -23,12 +23,12 @@ ORDERS = ("strict", "least-growth", "size-classes")
 
 
 def orders_for(assignment: str, num_blocks: int) -> tuple[str, ...]:
-    """Strict round robin uses the strict order; optimized round robin tries several orders
-    (least-growth and strict with two blocks; strict and size-classes with three or more) and
-    the planner keeps the better plan."""
+    """Strict round robin uses the strict order; optimized round robin tries least-growth and
+    strict with two blocks, size-classes with three or more (falling back to least-growth, then
+    strict), and the planner keeps the best plan."""
     if assignment == "strict-round-robin" or num_blocks < 2:
         return ("strict",)
-    return ("least-growth", "strict") if num_blocks == 2 else ("strict", "size-classes")
+    return ("least-growth", "strict") if num_blocks == 2 else ("size-classes",)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from flextensor_compile.solve.problem import Problem
 
 __all__ = ["BISECT_STEPS", "fit_level", "smallest_memory"]
 
-BISECT_STEPS = 16
+BISECT_STEPS = 8
 
 
 def fit_level(

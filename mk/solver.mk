@@ -1,9 +1,8 @@
 # Solver area: the plan-quality benchmark (our solver vs FlexTensor 0.5's AdaptiveStrategy).
-# FlexTensor 0.5 is installed into its own venv (CPU torch first, so it does not pull a CUDA
+# FlexTensor 0.5 is installed into its own venv ($(TORCH) first, so it does not pull a CUDA
 # build); if that fails the benchmark still runs and says FlexTensor was not measured.
 #   make bench-plan-quality FT05_VENV=/path/to/venv   # reuse an existing FlexTensor 0.5 venv
 FT05_VENV ?= $(VENV)/flextensor05
-FT05_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: bench-plan-quality ft05-venv
 bench: bench-plan-quality
@@ -11,7 +10,7 @@ bench: bench-plan-quality
 $(FT05_VENV)/.flextensor05-installed:
 	@test -x $(FT05_VENV)/bin/python || $(PYTHON) -m venv $(FT05_VENV)
 	@$(FT05_VENV)/bin/python -c "import torch" 2>/dev/null || \
-		$(FT05_VENV)/bin/python -m pip install -q torch==2.13.0 --index-url $(FT05_TORCH_INDEX)
+		$(FT05_VENV)/bin/python -m pip install -q "$(TORCH)"
 	@$(FT05_VENV)/bin/python -m pip install -q flextensor==0.5.0
 	@touch $@
 

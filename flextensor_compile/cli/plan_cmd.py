@@ -6,7 +6,6 @@ are searched (planning) or how profiles are encoded (the profile package).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -28,6 +27,7 @@ def plan(
 ) -> None:
     """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
     from flextensor_compile.cli.render import out_console, print_json
+    from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_compile.planning import plan_profile
     from flextensor_compile.stats import load_stats
@@ -42,8 +42,9 @@ def plan(
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
         min_blocks=min_blocks,
     )  # fmt: skip
-    command = " ".join(["ftc", "plan", *sys.argv[2:]]) if len(sys.argv) > 1 else "ftc plan"
-    profile = plan_profile(load_stats(stats), config, command=command)
+    # The canonical command (not argv): `ftc profile` records the same text for the same options,
+    # so a profile re-planned from its stats is byte-identical.
+    profile = plan_profile(load_stats(stats), config, command=plan_command(config))
     save(profile, out)
     if as_json:
         print_json(inspect_document(profile))

@@ -89,8 +89,6 @@ def test_ftc_plan_on_saved_stats_matches_ftc_profile(tiny_stats, tmp_path, capsy
     assert _without_command(replanned) == _without_command(out.read_bytes())
 
 
-@pytest.mark.xfail(strict=True, reason="`ftc plan` records its argv as meta.command; it must record "
-                   "flextensor_compile.config.plan_command(config) for byte identity")  # fmt: skip
 def test_ftc_plan_on_saved_stats_is_byte_identical(tiny_stats, tmp_path, capsys, monkeypatch):
     out, stats = tiny_stats
     replanned = _plan_cli(

@@ -2,7 +2,8 @@
 
 Owns: the public entry points: load and validate a profile, bind it to the model (fingerprint
 mismatch -> `ProfileMismatchError`), check the plan's peak fits the device's free memory now
-(`BudgetError`), install, and the `OffloadHandle` (`remove()`, `report()`, the event log).
+(`BudgetError`), install (then the profile's `vram` and `caches` sections, on top), and the
+`OffloadHandle` (`remove()`, `report()`, the event log).
 Must not know: the compiler, typer or rich; how traps, blocks or copies work inside.
 """
 
@@ -26,6 +27,8 @@ from flextensor_runtime.lazy_load import Checkpoint
 from flextensor_runtime.manual import current_model
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
+from flextensor_runtime.vram.section_deploy import install_undoable, section_targets
+from flextensor_runtime.vram.vram_section import VramSection, vram_section_from_extensions
 
 __all__ = ["OffloadHandle", "handle", "load_profile", "offload_from_profile", "print_report"]
 
@@ -43,6 +46,7 @@ class OffloadHandle:
 
     deployment: Deployment
     cache: Any = None  # the installed `caches` section (set_step, report), when the profile has one
+    vram: Any = None  # the installed `vram` section (wrapped, skipped, disk_modules), if any
 
     @property
     def profile(self) -> Profile:
@@ -78,6 +82,9 @@ class OffloadHandle:
         if self.cache is not None:
             self.cache.remove()
             self.cache = None
+        if self.vram is not None:
+            self.vram.remove()
+            self.vram = None
         dep.backend.synchronize()
         dep.uninstall()
         dep.runtime = None
@@ -117,6 +124,36 @@ def _check_budget(profile: Profile, binding: Binding, backend: DeviceBackend) ->
         )
 
 
+def _streamed_names(profile: Profile) -> frozenset[str]:
+    """Every tensor name (tie aliases too) whose data the plan streams (or reads from disk)."""
+    entries = {e.name: e for e in profile.all_tensors()}
+    return frozenset(
+        name for name, e in entries.items()
+        if entries.get(e.tie or name, e).placement != "resident"
+    )  # fmt: skip
+
+
+def _check_vram(model: nn.Module, section: VramSection, profile: Profile) -> frozenset[str]:
+    """Validate the section against the model and the plan before anything changes."""
+    streamed = _streamed_names(profile)
+    section_targets(model, section, streamed)
+    if section.disk_tensors and section.checkpoint and not os.path.exists(section.checkpoint):
+        raise ConfigError(
+            f"vram section: checkpoint {section.checkpoint!r} does not exist: run from the folder "
+            "the profile was compiled in, or recompile with an absolute --checkpoint"
+        )
+    return streamed
+
+
+def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> None:
+    """The `vram` section, then the `caches` section (a hit skips the module and its traps)."""
+    vram = vram_section_from_extensions(profile.extensions)
+    cache = cache_section_from_extensions(profile.extensions)
+    if vram is not None:
+        h.vram = install_undoable(model, vram, skip=_streamed_names(profile))
+    h.cache = install_cache(model, cache) if cache is not None else None
+
+
 def offload_from_profile(
     model: nn.Module,
     path: str | os.PathLike[str] | Profile,
@@ -147,13 +184,18 @@ def offload_from_profile(
     be = backend if backend is not None else select_backend(device, profile.config.pinned_memory)
     _check_budget(profile, binding, be)
     ckpt = Checkpoint(checkpoint) if checkpoint is not None else None
-    section = cache_section_from_extensions(profile.extensions)  # parsed before any change
+    cache_section_from_extensions(profile.extensions)  # sections are checked before any change
+    vram = vram_section_from_extensions(profile.extensions)
+    if vram is not None:
+        _check_vram(model, vram, profile)
     dep = Deployment(model, profile, binding, be, EventLog() if log_events else None)
     install(dep, ckpt)
     h = OffloadHandle(dep)
-    try:  # caches go on top of the weight streaming (a hit skips the module and its traps)
-        h.cache = install_cache(model, section) if section is not None else None
+    try:
+        _install_sections(h, model, profile)
     except BaseException:
+        if h.vram is not None:
+            h.vram.remove()
         dep.uninstall()
         dep.runtime = None
         dep.hosts.clear()

@@ -1,13 +1,14 @@
 """Installing a `VramSection` on a model (the torch side of `vram_section`).
 
 Owns: resolving class names to the model's classes, turning the section's names into torch
-dtypes, calling `enable_vram_management`, and moving fully listed wrappers to the disk tier.
-Must not know: the profile wire format.
+dtypes, calling `enable_vram_management`, moving fully listed wrappers to the disk tier, and
+keeping unwrapped the modules that `targets` (see `section_deploy`) leaves alone.
+Must not know: the profile wire format, offload plans.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -19,6 +20,9 @@ from flextensor_runtime.vram.linear import AutoWrappedLinear
 from flextensor_runtime.vram.module import AutoWrappedModule, AutoWrappedNonRecurseModule
 from flextensor_runtime.vram.placement import DISK
 from flextensor_runtime.vram.vram_section import VramSection
+
+if TYPE_CHECKING:
+    from flextensor_runtime.vram.section_deploy import SectionTargets
 
 __all__ = ["install"]
 
@@ -83,8 +87,20 @@ class _DiskChooser:
             )
 
 
-def install(model: nn.Module, section: VramSection, disk_map: Any = None) -> nn.Module:
-    module_map = {_find_class(model, cls): _WRAPPERS[w] for cls, w in section.module_map}
+def module_map_classes(model: nn.Module, section: VramSection) -> dict[type, type[AutoTorchModule]]:
+    return {_find_class(model, cls): _WRAPPERS[w] for cls, w in section.module_map}
+
+
+def first_wrapper(module: nn.Module, module_map: dict[type, Any]) -> Any:
+    return next((w for cls, w in module_map.items() if isinstance(module, cls)), None)
+
+
+def install(
+    model: nn.Module, section: VramSection, disk_map: Any = None,
+    targets: SectionTargets | None = None,
+) -> nn.Module:  # fmt: skip
+    """Wrap per the section; with `targets`, its skipped modules stay unwrapped."""
+    module_map = module_map_classes(model, section)
     config = _torch_config(section)
     if section.disk_tensors and disk_map is None:
         if section.checkpoint is None:
@@ -96,9 +112,17 @@ def install(model: nn.Module, section: VramSection, disk_map: Any = None) -> nn.
 
         disk_map = DiskMap(section.checkpoint, config.get("computation_device", "cpu"))
     chooser = _DiskChooser(set(section.disk_tensors), disk_map, config)
-    model = enable_vram_management(
-        model, module_map, config, vram_limit=section.vram_limit_gib, disk_map=disk_map,
-        vram_config_for=chooser if section.disk_tensors else None,
-    )  # fmt: skip
+    hidden = [(parent, key, parent._modules[key]) for parent, key in
+              (targets.skipped_places if targets is not None else ())]  # fmt: skip
+    for parent, key, _ in hidden:  # the walk in enable_vram_management skips None children
+        parent._modules[key] = None
+    try:
+        model = enable_vram_management(
+            model, module_map, config, vram_limit=section.vram_limit_gib, disk_map=disk_map,
+            vram_config_for=chooser if section.disk_tensors else None,
+        )  # fmt: skip
+    finally:
+        for parent, key, child in hidden:
+            parent._modules[key] = child
     chooser.check_all_covered()
     return model

@@ -167,11 +167,16 @@ def compile_profile(
     """Compile an offload profile for `model` (the model is left where it was, unchanged).
 
     `example_inputs`: positional args (tuple), kwargs (dict), `(args, kwargs)`, or a function
-    returning one of those. `run(model, inputs)`: one iteration of the real workload.
+    returning one of those. `run(model, inputs)`: one iteration of the real workload. The
+    config's section options (`cache_spec`, `vram_spec`, ...) add the profile's `caches` and
+    `vram` sections.
     """
+    from flextensor_compile.profile_sections import add_sections, section_options
+
     config = config or OffloadConfig()
-    return plan_stats(collect_stats(model, example_inputs, config, run).stats, config,
-                      command=command)  # fmt: skip
+    sections = section_options(config)  # bad specs fail before any forward
+    stats = collect_stats(model, example_inputs, config, run).stats
+    return add_sections(plan_stats(stats, config, command=command), stats, model, sections)
 
 
 def instrumentation(compilation: Compilation, profile: Profile | None = None) -> dict[str, Any]:

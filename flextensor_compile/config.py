@@ -48,6 +48,11 @@ class OffloadConfig:
     the transfer windows. Device: `target` (a built-in GPU name, see `ftc profile --help`) or
     `device_memory_bytes` / `h2d_bytes_per_s`; with none of them on a machine without CUDA, an
     emulated device whose memory equals the model's weight bytes.
+
+    Profile sections (written next to the plan; `ftc plan` does not remake them): `cache_spec`
+    (`ftc profile --cache`, the caches section's one-line spec), `vram_spec` (`--vram`), and with
+    it `host_memory_bytes` (`--host-memory`: plan a disk tier) and `vram_checkpoint`
+    (`--checkpoint`: the safetensors file the disk tier reads).
     """
 
     include_patterns: tuple[str, ...] = ()
@@ -69,6 +74,10 @@ class OffloadConfig:
     h2d_bytes_per_s: float | None = None
     device: str = "auto"
     seed: int = 0
+    cache_spec: str | None = None
+    vram_spec: str | None = None
+    host_memory_bytes: int | None = None
+    vram_checkpoint: str | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> OffloadConfig:
         _check_option_names(kwargs)
@@ -85,6 +94,23 @@ class OffloadConfig:
             object.__setattr__(self, name, value)
         self._check_numbers()
         self._check_choices()
+        self._check_sections()
+
+    def _check_sections(self) -> None:
+        for name in ("cache_spec", "vram_spec", "vram_checkpoint"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, str) and v.strip()):
+                raise ConfigError(f"{name} {v!r} must be a non-empty string or None")
+        _positive(self, "host_memory_bytes", allow_none=True)
+        for name, flag in (
+            ("host_memory_bytes", "--host-memory"),
+            ("vram_checkpoint", "--checkpoint"),
+        ):
+            if getattr(self, name) is not None and self.vram_spec is None:
+                raise ConfigError(
+                    f"{name} ({flag}) is set without vram_spec: it plans the vram section's disk "
+                    "tier, so also pass --vram SPEC"
+                )
 
     def _check_numbers(self) -> None:
         f = self.max_gpu_mem_fraction

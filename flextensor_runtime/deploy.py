@@ -27,7 +27,12 @@ from flextensor_runtime.lazy_load import Checkpoint
 from flextensor_runtime.manual import current_model
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
-from flextensor_runtime.vram.section_deploy import install_undoable, section_targets
+from flextensor_runtime.vram.section_deploy import (
+    check_disk_tensors,
+    install_undoable,
+    section_targets,
+    streamed_tensor_names,
+)
 from flextensor_runtime.vram.vram_section import VramSection, vram_section_from_extensions
 
 __all__ = ["OffloadHandle", "handle", "load_profile", "offload_from_profile", "print_report"]
@@ -124,25 +129,16 @@ def _check_budget(profile: Profile, binding: Binding, backend: DeviceBackend) ->
         )
 
 
-def _streamed_names(profile: Profile) -> frozenset[str]:
-    """Every tensor name (tie aliases too) whose data the plan streams (or reads from disk)."""
-    entries = {e.name: e for e in profile.all_tensors()}
-    return frozenset(
-        name for name, e in entries.items()
-        if entries.get(e.tie or name, e).placement != "resident"
-    )  # fmt: skip
-
-
-def _check_vram(model: nn.Module, section: VramSection, profile: Profile) -> frozenset[str]:
+def _check_vram(model: nn.Module, section: VramSection, profile: Profile) -> None:
     """Validate the section against the model and the plan before anything changes."""
-    streamed = _streamed_names(profile)
-    section_targets(model, section, streamed)
+    check_disk_tensors(
+        section, section_targets(model, section, streamed_tensor_names(profile.all_tensors()))
+    )
     if section.disk_tensors and section.checkpoint and not os.path.exists(section.checkpoint):
         raise ConfigError(
             f"vram section: checkpoint {section.checkpoint!r} does not exist: run from the folder "
             "the profile was compiled in, or recompile with an absolute --checkpoint"
         )
-    return streamed
 
 
 def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> None:
@@ -150,7 +146,7 @@ def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> N
     vram = vram_section_from_extensions(profile.extensions)
     cache = cache_section_from_extensions(profile.extensions)
     if vram is not None:
-        h.vram = install_undoable(model, vram, skip=_streamed_names(profile))
+        h.vram = install_undoable(model, vram, skip=streamed_tensor_names(profile.all_tensors()))
     h.cache = install_cache(model, cache) if cache is not None else None
 
 

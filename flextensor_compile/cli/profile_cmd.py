@@ -74,6 +74,11 @@ def _config(opts: dict[str, Any]) -> Any:
         "warmup_iters": opts["warmup_iters"],
         "device": opts["device"],
         "seed": opts["seed"],
+        "cache_spec": opts["cache"],
+        "vram_spec": opts["vram"],
+        "host_memory_bytes": parse_size(opts["host_memory"], "--host-memory")
+        if opts["host_memory"] else None,
+        "vram_checkpoint": opts["checkpoint"],
     }  # fmt: skip
     return OffloadConfig(**values)
 
@@ -122,15 +127,21 @@ def profile(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars or notes."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
     instrument: Path = typer.Option(None, "--instrument", help="Write each component's resolved configuration as JSON into DIR."),
+    cache: str = typer.Option(None, "--cache", help="Write a caches section, e.g. fixed-step:module=transformer;skip=2-18/2."),
+    vram: str = typer.Option(None, "--vram", help="Write a vram section, e.g. map=Linear:linear,LayerNorm:module;offload_device=cpu;computation_device=cuda."),
+    host_memory: str = typer.Option(None, "--host-memory", help="With --vram: host memory for weights, e.g. 32GiB; wrapped modules beyond it are read from disk."),
+    checkpoint: str = typer.Option(None, "--checkpoint", help="With --vram: the safetensors file (or index.json) the disk tier reads."),
 ) -> None:  # fmt: skip
     """Compile an offload profile: discover (one forward), measure, solve, write."""
     opts = dict(locals())
     config = _config(opts)
     from flextensor_compile import compile_api
     from flextensor_compile.model_file import build_model, load_model_spec, make_inputs
+    from flextensor_compile.profile_sections import add_sections, section_options
     from flextensor_compile.stats import save_stats as write_stats
     from flextensor_runtime.profile import save
 
+    sections = section_options(config)  # bad specs fail before the model is built
     spec = load_model_spec(model, inputs)
     config = config.with_patterns(spec.include, spec.exclude)
     with _Bars(quiet or as_json) as bars:
@@ -142,7 +153,7 @@ def profile(
         if save_stats is not None:
             write_stats(c.stats, save_stats)
         bars.start("solving", 1)
-        prof = compile_api.plan_stats(c.stats, config)
+        prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
         bars.advance("solving")
     save(prof, output)
     _finish(compile_api, c, prof, output, instrument, quiet, as_json, bars.console)

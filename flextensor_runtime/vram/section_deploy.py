@@ -22,7 +22,24 @@ from flextensor_runtime.vram.section_install import first_wrapper, install, modu
 from flextensor_runtime.vram.tensor_slots import managed_parameters
 from flextensor_runtime.vram.vram_section import VramSection
 
-__all__ = ["SectionTargets", "VramInstallation", "install_undoable", "section_targets"]
+__all__ = [
+    "SectionTargets",
+    "VramInstallation",
+    "check_disk_tensors",
+    "install_undoable",
+    "section_targets",
+    "streamed_tensor_names",
+]
+
+
+def streamed_tensor_names(entries: Iterable[Any]) -> frozenset[str]:
+    """Names (tie aliases too) of plan entries (`name`, `tie`, `placement`, as a profile's
+    `all_tensors()` gives) whose data is not resident: what a section must not wrap."""
+    by_name = {e.name: e for e in entries}
+    return frozenset(
+        name for name, e in by_name.items()
+        if by_name.get(e.tie or name, e).placement != "resident"
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,18 +132,23 @@ class VramInstallation:
         self._saved = []
 
 
-def install_undoable(
-    model: nn.Module, section: VramSection, disk_map: Any = None, skip: Iterable[str] = ()
-) -> VramInstallation:
-    """Install the section, leaving modules that manage a tensor in `skip` unwrapped; any failure
-    restores the model, and `remove()` of the result does the same later."""
-    targets = section_targets(model, section, skip)
+def check_disk_tensors(section: VramSection, targets: SectionTargets) -> None:
+    """Every disk tensor must belong to a module the section wraps (not one left to streaming)."""
     stray = sorted(set(section.disk_tensors) - set().union(*targets.wrapped.values()))
     if stray:
         raise ConfigError(
             f"vram section: disk tensor {stray[0]!r} belongs to no module the section wraps "
             "(unmatched, or streamed by the plan): drop it from disk_tensors"
         )
+
+
+def install_undoable(
+    model: nn.Module, section: VramSection, disk_map: Any = None, skip: Iterable[str] = ()
+) -> VramInstallation:
+    """Install the section, leaving modules that manage a tensor in `skip` unwrapped; any failure
+    restores the model, and `remove()` of the result does the same later."""
+    targets = section_targets(model, section, skip)
+    check_disk_tensors(section, targets)
     saved = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in model.modules()]
     result = VramInstallation(
         model, targets, (), saved, "vram_management_enabled" in model.__dict__

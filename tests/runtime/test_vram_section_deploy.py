@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from flextensor_runtime import AutoWrappedLinear, AutoWrappedModule, ConfigError
+from flextensor_runtime.errors import InstallError
 from flextensor_runtime.vram.vram_section import VramSection, parse_vram_spec, vram_section_to_data
 from tests.runtime.conftest import assert_same, deploy, snapshot
 from tests.runtime.models import TinyLM, block_names
@@ -70,7 +71,7 @@ def test_failure_after_the_vram_install_leaves_the_model_unchanged() -> None:
     model = _model()
     before = snapshot(model)
     profile = _profile(model, parse_vram_spec(SPEC), cache="no.such.module")
-    with pytest.raises(Exception, match="no.such.module"):
+    with pytest.raises(InstallError, match=r"module 'no\.such\.module'"):
         deploy(model, profile)
     assert_same(model, before)
 

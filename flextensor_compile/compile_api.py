@@ -237,4 +237,18 @@ def summary_document(c: Compilation, profile: Profile, output: str | None) -> di
             "streamed_bytes": p.streamed_bytes,
         },
         "notes": list(c.notes),
+        "sections": _sections_summary(profile),
     }
+
+
+def _sections_summary(profile: Profile) -> dict[str, Any]:
+    """What the optional sections hold: the cached module, the vram disk tier's size."""
+    ext, out = profile.extensions, {}
+    if "caches" in ext:
+        out["caches"] = {
+            "module": ext["caches"].get("module"),
+            "policy": ext["caches"].get("policy"),
+        }
+    if "vram" in ext:
+        out["vram"] = {"disk_tensors": len(ext["vram"].get("disk_tensors", ()))}
+    return out

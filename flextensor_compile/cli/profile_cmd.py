@@ -103,6 +103,11 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
         f"peak {format_bytes(p['peak_bytes'])}; predicted {p['makespan_ms']:.3f} ms per iteration "
         f"({p['stall_ms']:.3f} ms stall)"
     )
+    sections = doc["sections"]
+    if "caches" in sections:
+        print(f"caches section: {sections['caches']['policy']} on {sections['caches']['module']!r}")
+    if "vram" in sections:
+        print(f"vram section: {sections['vram']['disk_tensors']} tensors served from disk")
 
 
 def profile(

@@ -27,12 +27,6 @@ from flextensor_runtime.lazy_load import Checkpoint
 from flextensor_runtime.manual import current_model
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
-from flextensor_runtime.vram.section_deploy import (
-    check_disk_tensors,
-    install_undoable,
-    section_targets,
-    streamed_tensor_names,
-)
 from flextensor_runtime.vram.vram_section import VramSection, vram_section_from_extensions
 
 __all__ = ["OffloadHandle", "handle", "load_profile", "offload_from_profile", "print_report"]
@@ -131,6 +125,12 @@ def _check_budget(profile: Profile, binding: Binding, backend: DeviceBackend) ->
 
 def _check_vram(model: nn.Module, section: VramSection, profile: Profile) -> None:
     """Validate the section against the model and the plan before anything changes."""
+    from flextensor_runtime.vram.section_deploy import (
+        check_disk_tensors,
+        section_targets,
+        streamed_tensor_names,
+    )
+
     check_disk_tensors(
         section, section_targets(model, section, streamed_tensor_names(profile.all_tensors()))
     )
@@ -145,7 +145,9 @@ def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> N
     """The `vram` section, then the `caches` section (a hit skips the module and its traps)."""
     vram = vram_section_from_extensions(profile.extensions)
     cache = cache_section_from_extensions(profile.extensions)
-    if vram is not None:
+    if vram is not None:  # the wrappers are imported only for profiles that use them
+        from flextensor_runtime.vram.section_deploy import install_undoable, streamed_tensor_names
+
         h.vram = install_undoable(model, vram, skip=streamed_tensor_names(profile.all_tensors()))
     h.cache = install_cache(model, cache) if cache is not None else None
 

@@ -123,22 +123,23 @@ def _check_budget(profile: Profile, binding: Binding, backend: DeviceBackend) ->
         )
 
 
-def _check_vram(model: nn.Module, section: VramSection, profile: Profile) -> None:
-    """Validate the section against the model and the plan before anything changes."""
+def _check_vram(model: nn.Module, section: VramSection, profile: Profile) -> frozenset[str]:
+    """Validate the section against the model and the plan before anything changes; returns the
+    parameters its wrappers will manage (left in place by the install, not moved to the device)."""
     from flextensor_runtime.vram.section_deploy import (
         check_disk_tensors,
         section_targets,
         streamed_tensor_names,
     )
 
-    check_disk_tensors(
-        section, section_targets(model, section, streamed_tensor_names(profile.all_tensors()))
-    )
+    targets = section_targets(model, section, streamed_tensor_names(profile.all_tensors()))
+    check_disk_tensors(section, targets)
     if section.disk_tensors and section.checkpoint and not os.path.exists(section.checkpoint):
         raise ConfigError(
             f"vram section: checkpoint {section.checkpoint!r} does not exist: run from the folder "
             "the profile was compiled in, or recompile with an absolute --checkpoint"
         )
+    return frozenset().union(*targets.wrapped.values())
 
 
 def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> None:
@@ -184,9 +185,9 @@ def offload_from_profile(
     ckpt = Checkpoint(checkpoint) if checkpoint is not None else None
     cache_section_from_extensions(profile.extensions)  # sections are checked before any change
     vram = vram_section_from_extensions(profile.extensions)
-    if vram is not None:
-        _check_vram(model, vram, profile)
-    dep = Deployment(model, profile, binding, be, EventLog() if log_events else None)
+    wrapped = _check_vram(model, vram, profile) if vram is not None else frozenset()
+    dep = Deployment(model, profile, binding, be, EventLog() if log_events else None,
+                     leave_in_place=wrapped)  # fmt: skip
     install(dep, ckpt)
     h = OffloadHandle(dep)
     try:

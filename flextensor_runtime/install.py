@@ -43,6 +43,8 @@ class Deployment:
     tables: Tables | None = None
     hosts: list[torch.Tensor] = field(default_factory=list)
     undo: list[Callable[[], None]] = field(default_factory=list)
+    # resident tensors that stay where they are (a `vram` section's wrappers manage them)
+    leave_in_place: frozenset[str] = frozenset()
 
     def uninstall(self) -> None:
         """Run the undo stack (last step first)."""
@@ -150,6 +152,8 @@ class _Installer:
             if e.placement != "resident":
                 continue
             current = refs[0].tensor
+            if canon in self.dep.leave_in_place and current.device.type != "meta":
+                continue
             if current.device.type == "meta" or _source_name(canon, self.names, self.ckpt):
                 data = backend.empty_device(tuple(e.shape), tuple(e.stride), torch_dtype(e.dtype))
                 self.fill(canon, data)

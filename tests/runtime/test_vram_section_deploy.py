@@ -92,3 +92,21 @@ def test_bad_sections_fail_before_any_change(spec, disk, message) -> None:
     with pytest.raises(ConfigError, match=message):
         deploy(model, profile)
     assert_same(model, before)
+
+
+def test_wrapped_modules_weights_are_not_copied_to_the_device() -> None:
+    # the streaming install leaves the parameters the wrappers manage in place, so the device
+    # holds the plan's bytes minus those (the wrappers move them by their own placement)
+    plain_model, vram_model = _model(), _model()
+    plain = deploy(plain_model, build_profile(plain_model, block_names(plain_model),
+                                              streamed={"blocks.0", "blocks.2"}))  # fmt: skip
+    section = parse_vram_spec(SPEC)
+    h = deploy(vram_model, _profile(vram_model, section))
+    assert h.vram is not None
+    wrapped_bytes = sum(
+        p.numel() * p.element_size()
+        for name, p in _model().named_parameters()
+        if any(name.startswith(f"{m}.") for m in h.vram.wrapped)
+    )
+    assert wrapped_bytes > 0
+    assert plain.backend.held_bytes - h.backend.held_bytes == wrapped_bytes

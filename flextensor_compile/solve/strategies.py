@@ -40,12 +40,16 @@ Candidate = tuple[str, Selection]
 Generator = Callable[[Context, Layout], Iterator[Candidate]]
 
 
-def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout
-         ) -> Iterator[Candidate]:  # fmt: skip
+def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout,
+         windowed: bool = False) -> Iterator[Candidate]:  # fmt: skip
+    """The least streaming that fits the budget; for a time-window family (`windowed`) also the
+    latency-mode pick (what the windows hide), which streams more and so peaks lower: when it
+    fits, a larger budget never gets a higher peak at the same makespan."""
     select = (lambda x: ctx.exact(family(x))) if exact else (lambda x: ctx.greedy(family(x)))
     p = ctx.problem
-    if p.budget_bytes is None:
+    if p.budget_bytes is None or windowed:
         yield name, select(p.transfer_budget_scale).selection
+    if p.budget_bytes is None:
         return
     pick = fit_level(ctx, select, hi, lay[0], lay[1])
     if pick is not None:
@@ -64,7 +68,7 @@ def _bytes_hi(ctx: Context) -> float:
 
 
 def _knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay)
+    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay, windowed=True)
 
 
 def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
@@ -75,7 +79,9 @@ def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
 
 
 def _global_offload(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay)
+    yield from _fit(
+        ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay, windowed=True
+    )
 
 
 def _copies_dominate(ctx: Context) -> bool:
@@ -134,6 +140,8 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
         mem = plan_memory(p, at(step), lay[0], lay[1])
         return mem is not None and mem <= budget
 
+    if fits(2):  # every other trap: the lowest peak of the family (for a larger budget too)
+        yield "nth-layer", at(2)
     lo, hi = 1, len(p.traps) + 1  # step n + 1: nothing streams
     if fits(hi):
         yield "nth-layer", at(hi)

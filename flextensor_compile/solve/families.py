@@ -95,6 +95,11 @@ class Context:
             float(bw.bytes_within(min(x, 1.0) * w + max(0.0, x - 1.0) * mean_ms)) for w in windows
         )
 
+    def class_caps(self, classes: tuple[int, ...], fixed: int, fixed_cap: float) -> CapFamily:
+        """Traps of class `fixed` capped at `fixed_cap`, the other class at the level (bytes);
+        traps of neither class (-1) stream nothing."""
+        return lambda x: tuple(fixed_cap if c == fixed else (x if c >= 0 else 0.0) for c in classes)
+
     def blended_caps(self, alpha: float) -> CapFamily:
         """alpha of the time-window cap plus (1 - alpha) of a uniform cap, at one level (ms)."""
         bw, windows = self.problem.bandwidth, self.window_ms

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 from flextensor_compile.solve.assign import orders_for
 from flextensor_compile.solve.families import CapFamily, Context, make_context
+from flextensor_compile.solve.paired import classes_of, paired_caps
 from flextensor_compile.solve.plan import Plan, Selection, build_plan, plan_memory
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import fit_level, smallest_memory
@@ -111,6 +112,24 @@ def _global_tensor_selection(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     mean_ms = sum(windows) / max(1, len(windows))
     if mean_ms > _MIN_WINDOW_MS:
         yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay)
+    yield from _paired(ctx, lay)
+
+
+def _paired(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    """Two blocks, one cap each (copy-bound only): the cap pairs the estimate likes best, each
+    fitted by bisecting one class's cap with the other's fixed."""
+    p = ctx.problem
+    if p.budget_bytes is None or lay[0] != 2 or not _copies_dominate(ctx):
+        return
+    need = p.total_bytes + p.reserve_bytes - p.budget_bytes
+    classes = classes_of(ctx.streamable)
+    compute = tuple(t.compute_ms for t in p.traps)
+    pair = paired_caps(ctx.tables, classes, compute, p.bandwidth, need)
+    if pair is not None:
+        c0, c1 = pair
+        for fixed, cap, hi in ((0, c0, c1), (1, c1, c0)):
+            family = ctx.class_caps(classes, fixed, float(cap))
+            yield from _fit(ctx, "global-tensor-selection", family, True, hi + 1.0, lay)
 
 
 def nth_selection(problem: Problem, step: int) -> Selection:

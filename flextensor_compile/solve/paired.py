@@ -21,14 +21,15 @@ CAP_POINTS = 64  # candidate caps per class (distinct achievable sums, thinned e
 
 
 def classes_of(streamable: tuple[int, ...]) -> tuple[int, ...]:
-    """Per trap: 0 or 1 by parity among the traps that can stream (-1: nothing to stream)."""
-    out, count = [], 0
-    for s in streamable:
-        if s:
-            out.append(count % 2)
-            count += 1
-        else:
-            out.append(-1)
+    """Per trap: 0 or 1 by parity among the traps that can stream (-1: it does not). With an
+    odd count the trap with the fewest streamable bytes sits out, so the classes also alternate
+    across the iteration boundary."""
+    able = [o for o, s in enumerate(streamable) if s]
+    if len(able) % 2:
+        able.remove(min(able, key=lambda o: (streamable[o], o)))
+    out = [-1] * len(streamable)
+    for k, o in enumerate(able):
+        out[o] = k % 2
     return tuple(out)
 
 

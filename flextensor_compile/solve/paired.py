@@ -44,14 +44,18 @@ def _candidates(tables: list[SubsetTable]) -> list[int]:
 def _profile(
     tables: list[SubsetTable], before_ms: list[float], caps: list[int], bw: BandwidthModel
 ) -> list[tuple[int, int, float]]:
-    """Per cap: (total streamed, largest transfer, idle ms) of the class's exact picks. A copy
-    is issued when the trap before its trap starts (its block's previous reader is done), so
-    the copy engine idles while that trap computes longer than the copy takes."""
+    """Per cap: (total streamed, largest transfer, extra ms) of the class's exact picks. Extra:
+    the copies' time beyond the link's full rate (latency, the small-copy curve), plus the copy
+    engine's idle time: a copy is issued when the trap before its trap starts (its block's
+    previous reader is done), so the engine idles while that trap computes longer than the
+    copy takes."""
     out = []
     for cap in caps:
         picked = [t.sums[t.best_within(cap)] for t in tables]
-        idle = sum(max(0.0, ms - bw.copy_ms(s)) for s, ms in zip(picked, before_ms, strict=True))
-        out.append((sum(picked), max(picked, default=0), idle))
+        copy = [bw.copy_ms(s) for s in picked]
+        idle = sum(max(0.0, ms - c) for c, ms in zip(copy, before_ms, strict=True))
+        slow = sum(copy) - sum(picked) / bw.tail_bytes_per_ms  # latency, small-copy curve
+        out.append((sum(picked), max(picked, default=0), idle + slow))
     return out
 
 

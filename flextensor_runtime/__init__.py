@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "offload_from_profile": "deploy",
     "handle": "deploy",
     "offload_block": "manual",
-    "replan": "replan",
+    "replan": "strategy_replan",
     # cross-step caches
     "FixedStepCache": "caches",
     "AdaptiveResidualCache": "caches",

@@ -26,8 +26,9 @@ def test_the_26_reference_names_are_public() -> None:
 
 @pytest.mark.parametrize("name", flextensor_runtime.__all__)
 def test_public_name_resolves(name: str) -> None:
-    value = getattr(flextensor_runtime, name)
+    # import the defining module first: a submodule named like a public name would then shadow it
     module = importlib.import_module(f"flextensor_runtime.{flextensor_runtime._EXPORTS[name]}")
+    value = getattr(flextensor_runtime, name)
     assert getattr(module, name) is value
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from rich import box
@@ -15,7 +16,7 @@ from rich.table import Table
 
 from flextensor_compile.units import format_bytes, format_rate
 
-__all__ = ["err_console", "out_console", "print_json", "render_inspect"]
+__all__ = ["err_console", "out_console", "print_json", "render_inspect", "sweep_table"]
 
 
 def out_console() -> Console:
@@ -109,3 +110,24 @@ def render_inspect(doc: dict[str, Any], console: Console) -> None:
     console.print(_summary(doc))
     console.print()
     console.print(_trap_table(doc))
+
+
+def sweep_table(points: Sequence[Any]) -> Table:
+    """`ftc sweep`'s table: one row per budget fraction (points from `flextensor_compile.sweep`)."""
+    table = Table(title="predicted iteration per budget (frac = fraction of the weight bytes)",
+                  title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), pad_edge=False)  # fmt: skip
+    widths = {"frac": 5, "budget": 9, "makespan ms": 11, "stall ms": 9, "streamed": 9,
+              "peak": 9}  # fmt: skip
+    for col, width in widths.items():
+        table.add_column(col, justify="right", no_wrap=True, min_width=width)
+    table.add_column("strategy", no_wrap=True, overflow="ellipsis")
+    for p in points:
+        if p.makespan_ms is None:
+            table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), "-", "-", "-", "-",
+                          "does not fit")  # fmt: skip
+            continue
+        table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.makespan_ms:.3f}",
+                      f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
+                      format_bytes(p.peak_bytes), p.strategy or "-")  # fmt: skip
+    return table

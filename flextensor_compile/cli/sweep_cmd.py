@@ -46,13 +46,9 @@ def sweep(
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from dataclasses import replace
 
-    from rich import box
-    from rich.table import Table
-
-    from flextensor_compile.cli.render import out_console, print_json
+    from flextensor_compile.cli.render import out_console, print_json, sweep_table
     from flextensor_compile.sweep import parse_fractions, plot_sweep
     from flextensor_compile.sweep import sweep as run_sweep
-    from flextensor_compile.units import format_bytes
 
     stats, config = _load(source)
     if strategy is not None:
@@ -63,24 +59,8 @@ def sweep(
     if as_json:
         print_json([asdict(p) for p in points])
         return
-    table = Table(title="predicted iteration per budget (frac = fraction of the weight bytes)",
-                  title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), pad_edge=False)  # fmt: skip
-    widths = {"frac": 5, "budget": 9, "makespan ms": 11, "stall ms": 9, "streamed": 9,
-              "peak": 9}  # fmt: skip
-    for col, width in widths.items():
-        table.add_column(col, justify="right", no_wrap=True, min_width=width)
-    table.add_column("strategy", no_wrap=True, overflow="ellipsis")
-    for p in points:
-        if p.makespan_ms is None:
-            table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), "-", "-", "-", "-",
-                          "does not fit")  # fmt: skip
-            continue
-        table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.makespan_ms:.3f}",
-                      f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
-                      format_bytes(p.peak_bytes), p.strategy or "-")  # fmt: skip
     console = out_console()
-    console.print(table)
+    console.print(sweep_table(points))
     if plot is not None:
         console.print(f"plot written to {plot}")
 

@@ -9,7 +9,7 @@ from torch import nn
 from flextensor_runtime.deploy import load_profile
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.manual import offload_block
-from flextensor_runtime.replan import rebuild_schedule, replan
+from flextensor_runtime.strategy_replan import rebuild_schedule, replan
 from tests.runtime.conftest import deploy
 from tests.runtime.models import block_names, tiny_lm
 from tests.runtime.plans import build_profile, record_order

@@ -1,0 +1,58 @@
+"""`ftc inspect`: the stable --json document and the human view of a profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from profiles.golden import format_golden
+
+GOLDEN = Path(__file__).parents[2] / "profiles" / "format_golden.msgpack"
+REQUIRED = {
+    "format": str, "version": int, "device": dict, "blocks": list, "traps": list, "predicted": dict,
+}  # fmt: skip
+
+
+def _ftc(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flextensor_compile", *args],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_json_document_has_the_stable_fields() -> None:
+    r = _ftc("inspect", "--json", str(GOLDEN))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for key, kind in REQUIRED.items():
+        assert isinstance(doc[key], kind), key
+    assert doc["format"] == "flextensor-profile" and doc["version"] == 1
+    assert set(doc["device"]) >= {"name", "memory_bytes", "h2d_bytes_per_s"}
+    assert doc["budget_bytes"] == 4 << 20
+    assert doc["blocks"] == [{"id": b.id, "bytes": b.bytes} for b in format_golden().blocks]
+    assert set(doc["predicted"]) >= {"compute_ms", "makespan_ms", "stall_ms", "peak_bytes"}
+    trap_keys = {"name", "order", "kind", "compute_ms", "resident_bytes", "streamed_bytes",
+                 "block", "prefetch_at"}  # fmt: skip
+    assert all(set(t) >= trap_keys for t in doc["traps"])
+
+
+def test_trap_rows_follow_the_schedule() -> None:
+    doc = json.loads(_ftc("inspect", "--json", str(GOLDEN)).stdout)
+    rows = {t["name"]: t for t in doc["traps"]}
+    # layers.0 (order 1) is prefetched cyclically during the gap trap (order 5) of the previous
+    # iteration; layers.1 (order 2) during embed (order 0) of the same iteration
+    assert (rows["layers.0"]["order"], rows["layers.0"]["prefetch_at"]) == (1, 5)
+    assert rows["layers.0"]["prefetch_at"] >= rows["layers.0"]["order"]
+    assert (rows["layers.1"]["block"], rows["layers.1"]["prefetch_at"]) == (1, 0)
+    assert rows["embed"]["block"] is None and rows["embed"]["prefetch_at"] is None
+    assert rows["embed"]["resident_bytes"] == 1000 * 64 * 4
+    assert rows["lm_head"]["resident_bytes"] == 0  # tied to embed: counted once, there
+    assert rows["layers.3"]["streamed_bytes"] == (3 + 4) * 64 * 64 * 4  # disk bytes included
+    assert rows["layers.3"]["disk_bytes"] == 4 * 64 * 64 * 4
+
+
+def test_human_view_shows_summary_and_traps() -> None:
+    r = _ftc("inspect", str(GOLDEN))
+    assert r.returncode == 0, r.stderr
+    for text in ("example-gpu", "budget", "layers.3", "gap:5", "predicted"):
+        assert text in r.stdout

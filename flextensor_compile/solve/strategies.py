@@ -119,7 +119,8 @@ def _paired(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     """Two blocks, one cap each (copy-bound only): the cap pairs the estimate likes best, each
     fitted by bisecting one class's cap with the other's fixed."""
     p = ctx.problem
-    if p.budget_bytes is None or lay[0] != 2 or not _copies_dominate(ctx):
+    first = orders_for(p.assignment, 2)[0]  # the orders give the same plans here; fit once
+    if p.budget_bytes is None or lay != (2, first) or not _copies_dominate(ctx):
         return
     need = p.total_bytes + p.reserve_bytes - p.budget_bytes
     classes = classes_of(ctx.streamable)

@@ -8,7 +8,8 @@ Owns: `solve(problem, strategy) -> Plan` and the documented algorithm of every s
   against bytes in proportion to each trap's weights when copies dominate;
 - global-offload: per trap, largest tensors first that fit the window before it;
 - global-tensor-selection: exact subsets for the whole model at one level of two cap families
-  (a uniform byte cap; each window plus a uniform extra), keeping the best simulated;
+  (a uniform byte cap; each window plus a uniform extra), and with two blocks when copies
+  dominate, paired caps (one cap per block class, `paired`), keeping the best simulated;
 - adaptive (default): all of the above, best by makespan, then peak, then streamed bytes.
 In memory mode every strategy bisects its level to the least streaming that fits the budget,
 for each layout tried (block count x block order); latency mode streams what fits the windows

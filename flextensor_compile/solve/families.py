@@ -24,8 +24,8 @@ _GOLDEN = 0.6180339887498949
 
 @dataclass(frozen=True)
 class Context:
-    """What every strategy reuses: subset tables, windows, per-trap streamable bytes, and a
-    per-solve cache of the counted bytes of table entries."""
+    """What every strategy reuses: subset tables, windows, per-trap streamable bytes, and
+    per-solve caches (counted bytes of table entries; greedy picks per trap signature and cap)."""
 
     problem: Problem
     tables: tuple[SubsetTable, ...]
@@ -34,6 +34,8 @@ class Context:
     spread: tuple[int, ...]  # trap orders in a low-discrepancy order (for mixing)
     counted: tuple[dict[int, int], ...]
     largest_first: tuple[tuple[int, ...], ...]  # per trap: item indexes, largest first
+    kind: tuple[int, ...]  # per trap: index of its items' (slot, counted) bytes signature
+    greedy_cache: dict[tuple[int, float], tuple[tuple[int, ...], int, int]]
 
     def _counted(self, order: int, k: int) -> int:
         cache = self.counted[order]
@@ -53,17 +55,25 @@ class Context:
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
         sel, slots, streamed = [], [], []
-        for trap, order, cap in zip(self.problem.traps, self.largest_first, caps, strict=True):
-            chosen, used, counted = [], 0, 0
-            for k in order:
-                if used + trap.items[k].slot_bytes <= cap:
-                    chosen.append(k)
-                    used += trap.items[k].slot_bytes
-                    counted += trap.items[k].bytes
-            sel.append(tuple(sorted(chosen)))
+        for order, cap in enumerate(caps):
+            key = (self.kind[order], cap)  # identical traps under one cap pick the same
+            if key not in self.greedy_cache:
+                self.greedy_cache[key] = self._greedy_one(order, cap)
+            chosen, used, counted = self.greedy_cache[key]
+            sel.append(chosen)
             slots.append(used)
             streamed.append(counted)
         return Pick(tuple(sel), tuple(slots), tuple(streamed))
+
+    def _greedy_one(self, order: int, cap: float) -> tuple[tuple[int, ...], int, int]:
+        items = self.problem.traps[order].items
+        chosen, used, counted = [], 0, 0
+        for k in self.largest_first[order]:
+            if used + items[k].slot_bytes <= cap:
+                chosen.append(k)
+                used += items[k].slot_bytes
+                counted += items[k].bytes
+        return tuple(sorted(chosen)), used, counted
 
     def mix(self, low: Pick, high: Pick, count: int, order: tuple[int, ...] = ()) -> Pick:
         """`high`'s choice for the first `count` traps of `order` (default: the spread order),
@@ -94,6 +104,11 @@ class Context:
         return lambda x: tuple(
             float(bw.bytes_within(min(x, 1.0) * w + max(0.0, x - 1.0) * mean_ms)) for w in windows
         )
+
+    def class_caps(self, classes: tuple[int, ...], fixed: int, fixed_cap: float) -> CapFamily:
+        """Traps of class `fixed` capped at `fixed_cap`, the other class at the level (bytes);
+        traps of neither class (-1) stream nothing."""
+        return lambda x: tuple(fixed_cap if c == fixed else (x if c >= 0 else 0.0) for c in classes)
 
     def blended_caps(self, alpha: float) -> CapFamily:
         """alpha of the time-window cap plus (1 - alpha) of a uniform cap, at one level (ms)."""
@@ -134,6 +149,11 @@ def make_context(problem: Problem) -> Context:
         tuple(sorted(range(len(t.items)), key=lambda k: (-t.items[k].slot_bytes, k)))
         for t in problem.traps
     )
+    signatures: dict[tuple[tuple[int, int], ...], int] = {}
+    kind = tuple(
+        signatures.setdefault(tuple((it.slot_bytes, it.bytes) for it in t.items), len(signatures))
+        for t in problem.traps
+    )
     return Context(problem, tuple(tables), _windows(problem),
                    tuple(t.streamable_slot_bytes for t in problem.traps), spread,
-                   tuple({} for _ in range(n)), largest)  # fmt: skip
+                   tuple({} for _ in range(n)), largest, kind, {})  # fmt: skip

@@ -8,7 +8,8 @@ Owns: `solve(problem, strategy) -> Plan` and the documented algorithm of every s
   against bytes in proportion to each trap's weights when copies dominate;
 - global-offload: per trap, largest tensors first that fit the window before it;
 - global-tensor-selection: exact subsets for the whole model at one level of two cap families
-  (a uniform byte cap; each window plus a uniform extra), keeping the best simulated;
+  (a uniform byte cap; each window plus a uniform extra), and with two blocks when copies
+  dominate, paired caps (one cap per block class, `paired`), keeping the best simulated;
 - adaptive (default): all of the above, best by makespan, then peak, then streamed bytes.
 In memory mode every strategy bisects its level to the least streaming that fits the budget,
 for each layout tried (block count x block order); latency mode streams what fits the windows
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterator
 
 from flextensor_compile.solve.assign import orders_for
 from flextensor_compile.solve.families import CapFamily, Context, make_context
+from flextensor_compile.solve.paired import classes_of, paired_caps
 from flextensor_compile.solve.plan import Plan, Selection, build_plan, plan_memory
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import fit_level, smallest_memory
@@ -40,12 +42,16 @@ Candidate = tuple[str, Selection]
 Generator = Callable[[Context, Layout], Iterator[Candidate]]
 
 
-def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout
-         ) -> Iterator[Candidate]:  # fmt: skip
+def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout,
+         windowed: bool = False) -> Iterator[Candidate]:  # fmt: skip
+    """The least streaming that fits the budget; for a time-window family (`windowed`) also the
+    latency-mode pick (what the windows hide), which streams more and so peaks lower: when it
+    fits, a larger budget never gets a higher peak at the same makespan."""
     select = (lambda x: ctx.exact(family(x))) if exact else (lambda x: ctx.greedy(family(x)))
     p = ctx.problem
-    if p.budget_bytes is None:
+    if p.budget_bytes is None or windowed:
         yield name, select(p.transfer_budget_scale).selection
+    if p.budget_bytes is None:
         return
     pick = fit_level(ctx, select, hi, lay[0], lay[1])
     if pick is not None:
@@ -64,7 +70,7 @@ def _bytes_hi(ctx: Context) -> float:
 
 
 def _knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay)
+    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay, windowed=True)
 
 
 def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
@@ -75,7 +81,9 @@ def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
 
 
 def _global_offload(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay)
+    yield from _fit(
+        ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay, windowed=True
+    )
 
 
 def _copies_dominate(ctx: Context) -> bool:
@@ -105,6 +113,25 @@ def _global_tensor_selection(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     mean_ms = sum(windows) / max(1, len(windows))
     if mean_ms > _MIN_WINDOW_MS:
         yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay)
+    yield from _paired(ctx, lay)
+
+
+def _paired(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    """Two blocks, one cap each (copy-bound only): the cap pairs the estimate likes best, each
+    fitted by bisecting one class's cap with the other's fixed."""
+    p = ctx.problem
+    first = orders_for(p.assignment, 2)[0]  # the orders give the same plans here; fit once
+    if p.budget_bytes is None or lay != (2, first) or not _copies_dominate(ctx):
+        return
+    need = p.total_bytes + p.reserve_bytes - p.budget_bytes
+    classes = classes_of(ctx.streamable)
+    compute = tuple(t.compute_ms for t in p.traps)
+    pair = paired_caps(ctx.tables, classes, compute, p.bandwidth, need)
+    if pair is not None:
+        c0, c1 = pair
+        for fixed, cap, hi in ((0, c0, c1), (1, c1, c0)):
+            family = ctx.class_caps(classes, fixed, float(cap))
+            yield from _fit(ctx, "global-tensor-selection", family, True, hi + 1.0, lay)
 
 
 def nth_selection(problem: Problem, step: int) -> Selection:
@@ -134,6 +161,8 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
         mem = plan_memory(p, at(step), lay[0], lay[1])
         return mem is not None and mem <= budget
 
+    if fits(2):  # every other trap: the lowest peak of the family (for a larger budget too)
+        yield "nth-layer", at(2)
     lo, hi = 1, len(p.traps) + 1  # step n + 1: nothing streams
     if fits(hi):
         yield "nth-layer", at(hi)

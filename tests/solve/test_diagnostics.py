@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
 
 from flextensor_compile.explain import explain_profile, explanation_json
 from flextensor_compile.planning import plan_profile
-from flextensor_compile.stats import Stats, TrapStat
+from flextensor_compile.stats import Stats, TrapStat, load_stats
 from flextensor_compile.sweep import parse_fractions, plot_sweep, stats_from_profile, sweep
 from flextensor_compile.timeline import plot_timeline, simulate_profile
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import PlanConfig, Profile
 from tests.solve.instances import device, tensor, total_bytes, uniform_stats
+from tests.solve.test_golden_plans import PROFILES
+
+GOLDEN_STATS = PROFILES / "tiny_transformer.stats.json"
 
 
 def _tied_stats() -> Stats:
@@ -72,10 +76,26 @@ def test_sweep_spans_infeasible_to_all_resident(tmp_path) -> None:
     mid, full = points[1], points[2]
     assert mid.makespan_ms is not None and mid.peak_bytes is not None
     assert mid.peak_bytes <= mid.budget_bytes and (mid.streamed_bytes or 0) > 0
-    assert full.streamed_bytes == 0 and full.stall_ms == 0
+    assert full.stall_ms == 0 and full.peak_bytes is not None
     assert full.makespan_ms == pytest.approx(sum(t.compute_ms for t in stats.traps))
+    # ranked by makespan, then peak: a larger budget never gets a higher peak at the same speed
+    if mid.makespan_ms == pytest.approx(full.makespan_ms):
+        assert full.peak_bytes <= mid.peak_bytes
     out = plot_sweep(points, tmp_path / "s.png")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_peak_never_rises_with_the_budget_at_equal_makespan() -> None:
+    stats = load_stats(GOLDEN_STATS)
+    points = [p for p in sweep(stats, PlanConfig(), parse_fractions("0.3:1.0:0.1"))
+              if p.makespan_ms is not None]  # fmt: skip
+    assert len(points) >= 5
+    for lo, hi in itertools.pairwise(points):
+        assert hi.makespan_ms is not None and lo.makespan_ms is not None
+        assert hi.makespan_ms <= lo.makespan_ms * (1 + 1e-9)
+        if hi.makespan_ms == pytest.approx(lo.makespan_ms, rel=1e-9):
+            assert hi.peak_bytes is not None and lo.peak_bytes is not None
+            assert hi.peak_bytes <= lo.peak_bytes, (lo, hi)
 
 
 def test_stats_recovered_from_a_profile_replan_to_the_same_plan() -> None:

@@ -61,6 +61,10 @@ def _cause(exc: BaseException, in_file: str | None = None) -> str:
 
 
 def _exec_file(path: Path) -> Any:
+    if path.is_dir():
+        raise ModelFileError(
+            f"{path}: is a folder, not a model file; pass the .py file that defines build_model()"
+        )
     if not path.is_file():
         raise ModelFileError(
             f"{path}: no such model file; pass a .py file or package.module:function"
@@ -79,7 +83,7 @@ def _exec_file(path: Path) -> Any:
         raise ModelFileError(
             f"{path}: syntax error at line {exc.lineno}: {exc.msg}; fix the model file"
         ) from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         sys.modules.pop(name, None)
         raise ModelFileError(
             f"{path}: running the file raised {_cause(exc, str(path.resolve()))}; fix the model file"
@@ -98,7 +102,7 @@ def _import_ref(ref: str, what: str) -> tuple[Any, str]:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(mod_name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelFileError(
             f"{ref}: importing {mod_name!r} raised {_cause(exc)}; check the {what} reference"
         ) from None
@@ -166,7 +170,7 @@ def build_model(spec: ModelSpec) -> Any:
 
     try:
         model = spec.build()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelFileError(
             f"{spec.source}: build_model() raised {_cause(exc)}; fix build_model()"
         ) from None
@@ -187,7 +191,7 @@ def make_inputs(spec: ModelSpec) -> Inputs:
         )
     try:
         value = spec.example_inputs()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelFileError(
             f"{spec.source}: example_inputs() raised {_cause(exc)}; fix example_inputs()"
         ) from None
@@ -205,7 +209,10 @@ def normalize_inputs(value: Any, source: str = "example_inputs") -> Inputs:
         return Inputs(value, tuple(value[0]), dict(value[1]))
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
-            raise ModelFileError(f"{source}: example_inputs() returned a dict with non-string keys")
+            raise ModelFileError(
+                f"{source}: example_inputs() returned a dict with non-string keys; "
+                "key it by the forward's parameter names"
+            )
         return Inputs(value, (), dict(value))
     if isinstance(value, (tuple, list)):
         return Inputs(value, tuple(value), {})
@@ -223,7 +230,7 @@ def call_run(run: RunFn | None, model: Any, inputs: Inputs, source: str) -> Any:
         return run(model, inputs.raw)
     except ModelFileError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         what = "run(model, inputs)" if run is not None else "the model's forward"
         raise ModelFileError(
             f"{source}: {what} rejected the example inputs: {_cause(exc)}; fix example_inputs() "

@@ -171,6 +171,11 @@ def offload_from_profile(
     the meta device, straight into their final place. `backend` overrides `device`. On any error
     the model is left unchanged.
     """
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"offload_from_profile needs a torch.nn.Module, got {type(model).__name__}; pass the "
+            "model the profile was compiled for"
+        )
     if _HANDLE_ATTR in model.__dict__:
         raise ConfigError(
             f"{type(model).__name__} already has an offload profile installed; call "

@@ -11,6 +11,7 @@ from flextensor_runtime.backend import CpuBackend
 from flextensor_runtime.deploy import load_profile, offload_from_profile
 from flextensor_runtime.errors import (
     BudgetError,
+    ConfigError,
     InferenceOnlyError,
     InstallError,
     ProfileFormatError,
@@ -144,3 +145,8 @@ def test_inference_only_guard() -> None:
         model(ids)
     model.requires_grad_(False)
     model(ids)  # no weight needs a gradient: allowed
+
+
+def test_not_a_module_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"needs a torch\.nn\.Module, got str; pass the model"):
+        offload_from_profile("model", _profile())  # type: ignore[arg-type]

@@ -116,7 +116,9 @@ def _budget(stats: Stats, config: PlanConfig) -> int | None:
         return config.budget_bytes
     if config.mem_fraction is not None:
         if not 0.0 < config.mem_fraction <= 1.0:
-            raise ConfigError(f"mem fraction must be in (0, 1], got {config.mem_fraction}")
+            raise ConfigError(
+                f"mem fraction must be in (0, 1], got {config.mem_fraction}; e.g. --mem-fraction 0.6"
+            )
         return int(config.mem_fraction * stats.device.memory_bytes)
     return None
 
@@ -129,12 +131,17 @@ def _check_config(config: PlanConfig) -> None:
     if config.release != "after-last-reader":
         raise ConfigError(f"unknown release strategy {config.release!r}; use after-last-reader")
     if config.num_blocks is not None and config.num_blocks < 1:
-        raise ConfigError(f"num_blocks must be at least 1, got {config.num_blocks}")
+        raise ConfigError(
+            f"num_blocks must be at least 1, got {config.num_blocks}; pass --num-blocks 1 or more"
+        )
     if config.min_blocks < 1:
-        raise ConfigError(f"min_blocks must be at least 1, got {config.min_blocks}")
+        raise ConfigError(
+            f"min_blocks must be at least 1, got {config.min_blocks}; pass --min-blocks 1 or more"
+        )
     if config.num_blocks is not None and config.min_blocks > config.num_blocks:
         raise ConfigError(
-            f"min_blocks {config.min_blocks} exceeds num_blocks {config.num_blocks}; lower one"
+            f"min_blocks {config.min_blocks} exceeds num_blocks {config.num_blocks}; lower --min-blocks or "
+            "raise --num-blocks"
         )
     if not config.transfer_budget_scale > 0:
         raise ConfigError(

@@ -71,3 +71,20 @@ def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:
     assert png.read_bytes()[:4] == b"\x89PNG"
     human = runner.invoke(app, ["inspect", str(out), "--explain"])
     assert human.exit_code == 0 and "block assignment" in human.output
+
+
+@pytest.mark.parametrize(
+    ("args", "fix"),
+    [
+        (["--mem-fraction", "0"], "e.g. --mem-fraction 0.6"),
+        (["--num-blocks", "0"], "pass --num-blocks 1 or more"),
+        (["--min-blocks", "3", "--num-blocks", "2"], "lower --min-blocks or raise --num-blocks"),
+    ],
+)
+def test_plan_option_errors_name_the_fix(
+    stats_file: Path, tmp_path: Path, args: list[str], fix: str
+) -> None:
+    out = tmp_path / "p.msgpack"
+    result = runner.invoke(app, ["plan", str(stats_file), "-o", str(out), *args])
+    assert result.exit_code != 0 and not out.exists()
+    assert fix in str(result.exception)

@@ -18,15 +18,20 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
+_MSGPACK_MAPS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # a profile starts with a map
+
+
 def _load(path: Path) -> tuple[Stats, PlanConfig]:
     """(stats, config) from a stats JSON file or a compiled profile."""
     from flextensor_compile.stats import load_stats
     from flextensor_compile.sweep import stats_from_profile
     from flextensor_runtime.profile import PlanConfig, load
 
+    if not path.is_file():  # load_stats names a missing file or a folder in one line
+        return load_stats(path), PlanConfig()
     with open(path, "rb") as fh:
-        head = fh.read(64).lstrip()
-    if head.startswith(b"{"):
+        head = fh.read(1)
+    if not head or head[0] not in _MSGPACK_MAPS:  # text, empty, JSON: read as a stats file
         return load_stats(path), PlanConfig()
     profile = load(path)
     return stats_from_profile(profile), profile.config

@@ -25,10 +25,12 @@ def inspect(
     ),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
+    from flextensor_compile.cli.paths import check_output_file
     from flextensor_compile.cli.render import out_console, print_json, render_inspect
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_runtime.profile import load
 
+    check_output_file(timeline, "--timeline", "timeline.png")
     loaded = load(profile)
     doc = inspect_document(loaded)
     if timeline is not None:

@@ -26,6 +26,7 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the profile's inspect document."),
 ) -> None:
     """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
+    from flextensor_compile.cli.paths import check_output_file
     from flextensor_compile.cli.render import out_console, print_json
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
@@ -37,6 +38,7 @@ def plan(
 
     if mem_fraction is not None and budget is not None:
         raise ConfigError("both --mem-fraction and --budget were given; pass only one")
+    check_output_file(out, "-o", "profile.msgpack")
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,

@@ -140,6 +140,11 @@ def profile(
     """Compile an offload profile: discover (one forward), measure, solve, write."""
     opts = dict(locals())
     config = _config(opts)
+    from flextensor_compile.cli.paths import check_output_dir, check_output_file
+
+    check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
+    check_output_file(save_stats, "--save-stats", "stats.json")
+    check_output_dir(instrument, "--instrument")
     from flextensor_compile import compile_api
     from flextensor_compile.model_file import build_model, load_model_spec, make_inputs
     from flextensor_compile.profile_sections import add_sections, section_options

@@ -51,10 +51,12 @@ def sweep(
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from dataclasses import replace
 
+    from flextensor_compile.cli.paths import check_output_file
     from flextensor_compile.cli.render import out_console, print_json, sweep_table
     from flextensor_compile.sweep import parse_fractions, plot_sweep
     from flextensor_compile.sweep import sweep as run_sweep
 
+    check_output_file(plot, "--plot", "sweep.png")
     stats, config = _load(source)
     if strategy is not None:
         config = replace(config, strategy=strategy)

@@ -179,6 +179,11 @@ def build_model(spec: ModelSpec) -> Any:
             f"{spec.source}: build_model() returned {type(model).__name__}, not a torch.nn.Module; "
             "return the model"
         )
+    if next(iter(model.parameters()), None) is None and next(iter(model.buffers()), None) is None:
+        raise ModelFileError(
+            f"{spec.source}: build_model() returned a {type(model).__name__} with no parameters "
+            "or buffers: there are no weights to offload; return the model with its weights"
+        )
     return model
 
 

@@ -164,3 +164,12 @@ def test_sys_exit_in_the_model_file_is_one_line_exit_1(tmp_path, capsys, text, c
     assert code == 1 and len(err.splitlines()) == 1
     assert err.startswith(f"ftc: model file: {path}: ") and cause in err
     assert not Path(out).exists()
+
+
+def test_model_without_weights_is_refused(tmp_path):
+    text = "import torch\ndef build_model():\n    return torch.nn.Sequential(torch.nn.ReLU())\n"
+    spec = load_model_spec(_write(tmp_path, text))
+    with pytest.raises(
+        ModelFileError, match=r"returned a Sequential with no parameters or buffers: there are no"
+    ):
+        build_model(spec)

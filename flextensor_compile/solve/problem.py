@@ -74,6 +74,7 @@ class Problem:
     min_blocks: int = 1
     assignment: str = "optimized-round-robin"
     pinned: tuple[tuple[str, str], ...] = ()  # (tensor, reason) for tensors kept resident
+    fraction_of_bytes: int | None = None  # device memory, when the budget is a --mem-fraction
 
     @property
     def compute_ms(self) -> float:
@@ -199,6 +200,7 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
         min_blocks=config.min_blocks,
         assignment=config.assignment,
         pinned=tuple(sorted((n, r) for n, r in reasons.items() if n in canon_bytes)),
+        fraction_of_bytes=d.memory_bytes if config.mem_fraction is not None else None,
     )
 
 

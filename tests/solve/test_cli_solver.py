@@ -88,3 +88,17 @@ def test_plan_option_errors_name_the_fix(
     result = runner.invoke(app, ["plan", str(stats_file), "-o", str(out), *args])
     assert result.exit_code != 0 and not out.exists()
     assert fix in str(result.exception)
+
+
+def test_budget_error_names_the_mem_fraction_that_fits(tmp_path: Path) -> None:
+    stats_file = Path(__file__).parents[2] / "profiles" / "tiny_transformer.stats.json"
+    out = tmp_path / "p.msgpack"
+    result = runner.invoke(app, ["plan", str(stats_file), "--mem-fraction", "0.2", "-o", str(out)])
+    assert isinstance(result.exception, BudgetError) and not out.exists()
+    msg = str(result.exception)
+    fraction = msg.split("raise --mem-fraction to at least ")[1].split()[0]
+    ok = runner.invoke(app, ["plan", str(stats_file), "--mem-fraction", fraction, "-o", str(out)])
+    assert ok.exit_code == 0, ok.output  # the fraction named is enough
+    below = f"{float(fraction) - 0.01:.2f}"
+    low = runner.invoke(app, ["plan", str(stats_file), "--mem-fraction", below, "-o", str(out)])
+    assert isinstance(low.exception, BudgetError)  # and it is the smallest at 0.01 steps

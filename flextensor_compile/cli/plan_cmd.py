@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+
 __all__ = ["register"]
 
 
@@ -20,7 +22,7 @@ def plan(
         None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."
     ),
     budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB."),
-    strategy: str = typer.Option("adaptive", "--strategy", help="Offloading strategy."),
+    strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
     num_blocks: int = typer.Option(None, "--num-blocks", help="Exact number of memory blocks."),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks to use."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile's inspect document."),

@@ -83,6 +83,12 @@ def _config(opts: dict[str, Any]) -> Any:
     return OffloadConfig(**values)
 
 
+STRATEGY_HELP = (
+    "Offloading strategy: adaptive, knapsack, greedy, nth-layer, adaptive-knapsack, "
+    "global-offload or global-tensor-selection."
+)
+
+
 def _render(doc: dict[str, Any], notes_to: Any) -> None:
     from flextensor_compile.units import format_bytes
 
@@ -118,9 +124,9 @@ def profile(
     target: str = typer.Option(None, "--target", help="Plan for a built-in GPU: rtx4090, a100-40g, a100-80g, h100-pcie, h100-sxm, h200, l4."),
     device_memory: str = typer.Option(None, "--device-memory", help="Device memory size, e.g. 24GiB."),
     bandwidth: str = typer.Option(None, "--bandwidth", help="Host-to-device copy rate, e.g. 25GB/s."),
-    strategy: str = typer.Option("adaptive", "--strategy", help="Offloading strategy."),
+    strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
     include: list[str] = typer.Option(None, "--include", help="Include pattern (repeatable): glob on module/parameter paths, or class:Name."),
-    exclude: list[str] = typer.Option(None, "--exclude", help="Exclude pattern (repeatable)."),
+    exclude: list[str] = typer.Option(None, "--exclude", help="Exclude pattern (repeatable): an excluded module is not a trap, an excluded tensor stays resident."),
     num_blocks: int = typer.Option(None, "--num-blocks", help="Number of memory blocks."),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks."),
     profiling_iters: int = typer.Option(5, "--profiling-iters", help="Timed iterations (median)."),

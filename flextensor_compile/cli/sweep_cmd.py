@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
     from flextensor_runtime.profile import PlanConfig
@@ -44,7 +46,11 @@ def sweep(
         "--fractions",
         help="Budgets as fractions of the weight bytes: START:STOP:STEP or a list like 0.3,0.5.",
     ),
-    strategy: str = typer.Option(None, "--strategy", help="Strategy (default: the profile's)."),
+    strategy: str = typer.Option(
+        None,
+        "--strategy",
+        help=STRATEGY_HELP.rstrip(".") + " (default: the profile's, or adaptive).",
+    ),
     plot: Path = typer.Option(None, "--plot", help="Also draw the curve to this PNG."),
     as_json: bool = typer.Option(False, "--json", help="Print the points as JSON."),
 ) -> None:

@@ -102,3 +102,16 @@ def test_budget_error_names_the_mem_fraction_that_fits(tmp_path: Path) -> None:
     below = f"{float(fraction) - 0.01:.2f}"
     low = runner.invoke(app, ["plan", str(stats_file), "--mem-fraction", below, "-o", str(out)])
     assert isinstance(low.exception, BudgetError)  # and it is the smallest at 0.01 steps
+
+
+def test_strategy_help_lists_every_strategy() -> None:
+    from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+    from flextensor_compile.config import STRATEGIES as CONFIG_STRATEGIES
+    from flextensor_compile.solve.strategies import STRATEGIES
+
+    assert set(CONFIG_STRATEGIES) == set(STRATEGIES)
+    listed = STRATEGY_HELP.split(": ", 1)[1].rstrip(".").replace(" or ", ", ").split(", ")
+    assert listed == list(STRATEGIES)
+    for command in ("profile", "plan", "sweep"):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"})
+        assert "global-tensor-selection" in result.output, command

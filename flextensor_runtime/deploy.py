@@ -20,7 +20,7 @@ from flextensor_runtime import profile as profile_format
 from flextensor_runtime.backend import DeviceBackend, select_backend
 from flextensor_runtime.bind import Binding, bind_profile
 from flextensor_runtime.cache_section import cache_section_from_extensions, install_cache
-from flextensor_runtime.errors import BudgetError, ConfigError
+from flextensor_runtime.errors import BudgetError, ConfigError, ProfileFormatError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.install import Deployment, install
 from flextensor_runtime.lazy_load import Checkpoint
@@ -36,7 +36,22 @@ _HANDLE_ATTR = "_ft_handle"
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate an offload profile (no model needed); errors are one-line `ProfileError`s."""
+    if _looks_like_json(path):
+        raise ProfileFormatError(
+            f"{path}: is a JSON text file (a stats file?), not a profile; pass the .msgpack "
+            "profile, or make one from stats with `ftc plan STATS -o profile.msgpack`"
+        )
     return profile_format.load(path)
+
+
+def _looks_like_json(path: str | os.PathLike[str]) -> bool:
+    """True when `path` is a file whose first non-blank byte is `{` or `[` (a profile is msgpack
+    and starts with a map header byte, never with these)."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(256).lstrip()
+    return head[:1] in (b"{", b"[")
 
 
 @dataclass

@@ -71,3 +71,11 @@ def test_piped_human_view_keeps_every_column_and_name() -> None:
     last = next(line for line in lines if "gap:after:blocks.5" in line)
     assert last.split()[1] == "gap:after:blocks.5" and len(last.split()) == 9
     assert "-0.0%" not in r.stdout
+
+
+def test_stats_file_given_to_inspect_is_named_as_json() -> None:
+    stats = Path(__file__).parents[2] / "profiles" / "tiny_transformer.stats.json"
+    r = _ftc("inspect", str(stats))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "is a JSON text file (a stats file?), not a profile" in r.stderr
+    assert "ftc plan STATS" in r.stderr and r.stdout == ""

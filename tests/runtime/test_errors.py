@@ -150,3 +150,13 @@ def test_inference_only_guard() -> None:
 def test_not_a_module_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"needs a torch\.nn\.Module, got str; pass the model"):
         offload_from_profile("model", _profile())  # type: ignore[arg-type]
+
+
+def test_stats_file_given_as_profile_is_named_as_json(tmp_path) -> None:
+    model = tiny_lm()
+    before = snapshot(model)
+    stats = tmp_path / "stats.json"
+    stats.write_text('{"traps": []}\n')
+    with pytest.raises(ProfileFormatError, match=r"is a JSON text file \(a stats file\?\)"):
+        offload_from_profile(model, stats)
+    assert_same(model, before)

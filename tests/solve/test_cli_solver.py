@@ -115,3 +115,18 @@ def test_strategy_help_lists_every_strategy() -> None:
     for command in ("profile", "plan", "sweep"):
         result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"})
         assert "global-tensor-selection" in result.output, command
+
+
+def test_latency_plan_larger_than_the_device_is_refused(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    stats = uniform_stats(4, compute_ms=0.001)  # copies cannot hide: latency keeps all resident
+    small = replace(stats, device=replace(stats.device, memory_bytes=total_bytes(stats) * 9 // 10))
+    path = save_stats(small, tmp_path / "small.json")
+    out = tmp_path / "p.msgpack"
+    result = runner.invoke(app, ["plan", str(path), "-o", str(out)])
+    assert isinstance(result.exception, BudgetError) and not out.exists()
+    assert "the latency-mode plan keeps" in str(result.exception)
+    assert "pass --mem-fraction" in str(result.exception)
+    fits = runner.invoke(app, ["plan", str(path), "--mem-fraction", "1.0", "-o", str(out)])
+    assert fits.exit_code == 0, fits.output

@@ -110,7 +110,7 @@ class OffloadHandle:
 
 def handle(model: nn.Module) -> OffloadHandle:
     """The `OffloadHandle` of a model that `offload_from_profile` installed a profile on."""
-    h = model.__dict__.get(_HANDLE_ATTR)
+    h = model.__dict__.get(_HANDLE_ATTR) if isinstance(model, nn.Module) else None
     if h is None:
         raise ConfigError(
             f"{type(model).__name__} has no offload profile installed; call "
@@ -195,6 +195,11 @@ def offload_from_profile(
         raise ConfigError(
             f"{type(model).__name__} already has an offload profile installed; call "
             "handle(model).remove() first"
+        )
+    if not isinstance(path, (str, os.PathLike, Profile)):
+        raise ConfigError(
+            f"offload_from_profile needs a profile path or a Profile, got {type(path).__name__}; "
+            "pass the .msgpack file `ftc profile` wrote"
         )
     profile = path if isinstance(path, Profile) else load_profile(path)
     if isinstance(path, Profile):

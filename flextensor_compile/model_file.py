@@ -103,6 +103,11 @@ def _import_ref(ref: str, what: str) -> tuple[Any, str]:
     try:
         module = importlib.import_module(mod_name)
     except (Exception, SystemExit) as exc:
+        if isinstance(exc, ModuleNotFoundError) and ":" not in ref and what == "model":
+            raise ModelFileError(
+                f"{ref}: no such model file or module ({_cause(exc)}); pass a .py model file or "
+                "package.module:build_model"
+            ) from None
         raise ModelFileError(
             f"{ref}: importing {mod_name!r} raised {_cause(exc)}; check the {what} reference"
         ) from None

@@ -173,3 +173,10 @@ def test_model_without_weights_is_refused(tmp_path):
         ModelFileError, match=r"returned a Sequential with no parameters or buffers: there are no"
     ):
         build_model(spec)
+
+
+def test_missing_file_without_py_suffix_is_named_as_missing():
+    with pytest.raises(
+        ModelFileError, match=r"notes\.txt: no such model file or module \(ModuleNotFoundError"
+    ):
+        load_model_spec("notes.txt")

@@ -130,3 +130,14 @@ def test_latency_plan_larger_than_the_device_is_refused(tmp_path: Path) -> None:
     assert "pass --mem-fraction" in str(result.exception)
     fits = runner.invoke(app, ["plan", str(path), "--mem-fraction", "1.0", "-o", str(out)])
     assert fits.exit_code == 0, fits.output
+
+
+def test_latency_plan_on_the_emulated_device_is_not_refused(tmp_path: Path) -> None:
+    # the emulated device is sized to the weight bytes; block alignment may exceed it
+    from dataclasses import replace
+
+    stats = uniform_stats(4, compute_ms=0.001)
+    device = replace(stats.device, kind="emulated", memory_bytes=total_bytes(stats) - 1)
+    path = save_stats(replace(stats, device=device), tmp_path / "emulated.json")
+    result = runner.invoke(app, ["plan", str(path), "-o", str(tmp_path / "p.msgpack")])
+    assert result.exit_code == 0, result.output

@@ -37,7 +37,7 @@ class _Bars:
         self.progress = Progress(
             TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            console=self.console, disable=quiet, transient=True,
+            console=self.console, disable=quiet or not self.console.is_terminal, transient=True,
         )  # fmt: skip
 
     def __enter__(self) -> _Bars:

@@ -52,3 +52,22 @@ def test_plan_inspect_sweep_check_output_paths(tmp_path, capsys) -> None:
         assert code == 1 and err.startswith(f"ftc: invalid option: {option} {missing}/"), err
         assert "does not exist; create it" in err
     assert not missing.exists()
+
+
+def test_piped_profile_output_has_no_progress_residue(tmp_path, capsys) -> None:
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import torch\n"
+        "def build_model():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))\n"
+        "def example_inputs():\n"
+        "    return (torch.ones(1, 8),)\n"
+    )
+    out = tmp_path / "p.msgpack"
+    argv = ["profile", str(model), "--profiling-iters", "1", "-o", str(out)]
+    code = run_guarded(lambda: app(argv, prog_name="ftc"), False)
+    err = capsys.readouterr().err
+    assert code == 0 and out.exists(), err
+    lines = err.splitlines()
+    assert lines and all(line.strip() for line in lines), err  # no blank progress-bar lines
+    assert lines[-1].startswith("profiling cost: ")

@@ -60,5 +60,5 @@ def plan_profile(
         timing_source=stats.timing_source,
     )
     profile = emit_profile(stats, config, problem, plan, meta)
-    check_profile(profile)  # e.g. duplicate trap names in the stats surface here, not at load
+    check_profile(profile)  # an inconsistency the stats checks missed surfaces here
     return profile

@@ -99,6 +99,12 @@ def _num(doc: dict, key: str, where: str, kind: type = float, required: bool = T
     return kind(v)
 
 
+def _positive(v: Any, where: str) -> Any:
+    if v == 0:
+        raise _err(where, "expected a positive number, got 0")
+    return v
+
+
 def _positive_number(v: Any) -> bool:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool)
     return ok and math.isfinite(float(v)) and 0 < v < _MAX_NUMBER
@@ -158,8 +164,15 @@ def _trap(doc: Any, where: str) -> TrapStat:
         compute_ms=_num(doc, "compute_ms", where),
         tensors=tuple(_tensor(t, f"{where}.tensors[{i}]") for i, t in enumerate(tensors)),
         kind=kind,
-        calls=_num(doc, "calls", where, int, required=False) or 1,
+        calls=_calls(doc, where),
     )
+
+
+def _calls(doc: dict, where: str) -> int:
+    calls = _num(doc, "calls", where, int, required=False)
+    if calls == 0:
+        raise _err(f"{where}.calls", "expected a positive int, got 0")
+    return 1 if calls is None else int(calls)
 
 
 def _device(doc: Any) -> DeviceSpec:
@@ -173,8 +186,8 @@ def _device(doc: Any) -> DeviceSpec:
         raise _err("device.bandwidth_curve", "expected a list of [bytes, bytes_per_s] pairs")
     return DeviceSpec(
         name=_str(doc, "name", "device"),
-        memory_bytes=_num(doc, "memory_bytes", "device", int),
-        h2d_bytes_per_s=_num(doc, "h2d_bytes_per_s", "device"),
+        memory_bytes=_positive(_num(doc, "memory_bytes", "device", int), "device.memory_bytes"),
+        h2d_bytes_per_s=_positive(_num(doc, "h2d_bytes_per_s", "device"), "device.h2d_bytes_per_s"),
         h2d_latency_ms=_num(doc, "h2d_latency_ms", "device", required=False) or 0.0,
         bandwidth_curve=tuple(BandwidthPoint(int(b), float(r)) for b, r in curve_doc),
         kind=str(doc.get("kind", "target")),
@@ -191,13 +204,34 @@ def stats_from_json(doc: Any) -> Stats:
     untrapped = doc.get("untrapped", [])
     if not isinstance(untrapped, list):
         raise _err("untrapped", "expected a list")
-    return Stats(
+    stats = Stats(
         name=_str(doc, "name", "file"),
         device=_device(doc.get("device")),
         traps=tuple(_trap(t, f"traps[{i}]") for i, t in enumerate(traps)),
         untrapped=tuple(_tensor(t, f"untrapped[{i}]") for i, t in enumerate(untrapped)),
         timing_source=str(doc.get("timing_source", "stats")),
     )
+    _check_names(stats)
+    return stats
+
+
+def _check_names(stats: Stats) -> None:
+    """Trap and tensor names are unique; a tie names a canonical (untied) tensor."""
+    seen: set[str] = set()
+    for trap in stats.traps:
+        if trap.name in seen:
+            raise _err("traps", f"trap name {trap.name!r} appears twice")
+        seen.add(trap.name)
+    tensors = [t for trap in stats.traps for t in trap.tensors] + list(stats.untrapped)
+    names: set[str] = set()
+    for t in tensors:
+        if t.name in names:
+            raise _err("tensors", f"tensor {t.name!r} is listed twice")
+        names.add(t.name)
+    canonical = {t.name for t in tensors if t.tie is None}
+    for t in tensors:
+        if t.tie is not None and t.tie not in canonical:
+            raise _err("tensors", f"tensor {t.name!r} is tied to {t.tie!r}, not a listed tensor")
 
 
 def _tensor_json(t: TensorStat) -> dict[str, Any]:

@@ -40,7 +40,32 @@ def _bad_curve(doc: dict[str, Any]) -> None:
     doc["device"]["bandwidth_curve"] = [["x", 1]]
 
 
+def _dup_trap(doc: dict[str, Any]) -> None:
+    doc["traps"][2]["name"] = doc["traps"][1]["name"]
+
+
+def _dup_tensor(doc: dict[str, Any]) -> None:
+    doc["traps"][2]["tensors"].append(doc["traps"][1]["tensors"][0])
+
+
+def _bad_tie(doc: dict[str, Any]) -> None:
+    doc["traps"][1]["tensors"][0]["tie"] = "nope"
+
+
+def _zero_calls(doc: dict[str, Any]) -> None:
+    doc["traps"][1]["calls"] = 0
+
+
+def _zero_memory(doc: dict[str, Any]) -> None:
+    doc["device"]["memory_bytes"] = 0
+
+
 CASES = [
+    (_edited(_dup_trap), "trap name 'blocks.0' appears twice"),
+    (_edited(_dup_tensor), "tensor 'blocks.0.attn_norm.weight' is listed twice"),
+    (_edited(_bad_tie), "is tied to 'nope', not a listed tensor"),
+    (_edited(_zero_calls), "traps[1].calls: expected a positive int, got 0"),
+    (_edited(_zero_memory), "device.memory_bytes: expected a positive number, got 0"),
     (lambda tmp: tmp / "missing.json", "no such file; pass the file written by"),
     (lambda tmp: tmp, "is a folder, not a stats file"),
     (lambda tmp: GOLDEN_PROFILE, "binary data, not a JSON stats file (a profile?)"),

@@ -241,8 +241,13 @@ def call_run(run: RunFn | None, model: Any, inputs: Inputs, source: str) -> Any:
     except ModelFileError:
         raise
     except (Exception, SystemExit) as exc:
-        what = "run(model, inputs)" if run is not None else "the model's forward"
+        if run is None:
+            raise ModelFileError(
+                f"{source}: the model's forward rejected the example inputs: {_cause(exc)}; fix "
+                "example_inputs() or run()"
+            ) from None
+        in_file = str(Path(source).resolve()) if source.endswith(".py") else None
         raise ModelFileError(
-            f"{source}: {what} rejected the example inputs: {_cause(exc)}; fix example_inputs() "
-            "or run()"
+            f"{source}: run(model, inputs) raised {_cause(exc, in_file)}; fix run() or "
+            "example_inputs()"
         ) from None

@@ -180,3 +180,12 @@ def test_missing_file_without_py_suffix_is_named_as_missing():
         ModelFileError, match=r"notes\.txt: no such model file or module \(ModuleNotFoundError"
     ):
         load_model_spec("notes.txt")
+
+
+def test_run_that_raises_is_named_with_its_line(tmp_path):
+    text = GOOD + "def run(model, inputs):\n    raise KeyError('steps')\n"
+    spec = load_model_spec(_write(tmp_path, text))
+    with pytest.raises(
+        ModelFileError, match=r"run\(model, inputs\) raised KeyError: 'steps' \(line 9\); fix run"
+    ):
+        call_run(spec.run, build_model(spec), make_inputs(spec), spec.source)

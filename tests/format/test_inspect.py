@@ -79,3 +79,10 @@ def test_stats_file_given_to_inspect_is_named_as_json() -> None:
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
     assert "is a JSON text file (a stats file?), not a profile" in r.stderr
     assert "ftc plan STATS" in r.stderr and r.stdout == ""
+
+
+def test_debug_flag_after_the_command_shows_the_traceback(tmp_path: Path) -> None:
+    r = _ftc("inspect", str(tmp_path / "missing.msgpack"), "--debug")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("ftc: invalid profile: ")

@@ -115,7 +115,9 @@ class OffloadConfig:
     def _check_numbers(self) -> None:
         f = self.max_gpu_mem_fraction
         if f is not None and not (isinstance(f, (int, float)) and 0.0 < f <= 1.0):
-            raise ConfigError(f"max_gpu_mem_fraction {f!r} must be in (0, 1]; e.g. 0.6")
+            raise ConfigError(
+                f"max_gpu_mem_fraction {f!r} must be in (0, 1]; e.g. 0.6 (--mem-fraction)"
+            )
         if f is not None and self.budget_bytes is not None:
             raise ConfigError(
                 "max_gpu_mem_fraction and budget_bytes are both set; give only one of "
@@ -127,7 +129,9 @@ class OffloadConfig:
         _positive(self, "min_blocks")
         _positive(self, "profiling_iters")
         if not isinstance(self.warmup_iters, int) or self.warmup_iters < 0:
-            raise ConfigError(f"warmup_iters {self.warmup_iters!r} must be an integer >= 0")
+            raise ConfigError(
+                f"warmup_iters {self.warmup_iters!r} must be an integer >= 0 (--warmup-iters)"
+            )
         if not isinstance(self.activation_reserve_bytes, int) or self.activation_reserve_bytes < 0:
             raise ConfigError(
                 f"activation_reserve_bytes {self.activation_reserve_bytes!r} must be >= 0"
@@ -215,7 +219,7 @@ def _positive(cfg: OffloadConfig, name: str, allow_none: bool = False) -> None:
     if v is None and allow_none:
         return
     if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise ConfigError(f"{name} {v!r} must be a positive integer")
+        raise ConfigError(f"{name} {v!r} must be a positive integer{_flag(name)}")
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -223,7 +227,16 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         return
     close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.4)
     hint = f"did you mean {close[0]!r}?" if close else f"choose one of {', '.join(allowed)}"
-    raise ConfigError(f"{name} {value!r} is not known; {hint}")
+    raise ConfigError(f"{name} {value!r} is not known; {hint}{_flag(name)}")
+
+
+def _flag(name: str) -> str:
+    """` (--num-blocks)`: the ftc option that sets config field `name`, or "" if none does."""
+    flags = (("load_strategy", "--strategy"), ("num_blocks", "--num-blocks"),
+             ("min_blocks", "--min-blocks"), ("profiling_iters", "--profiling-iters"),
+             ("device", "--device"), ("budget_bytes", "--budget"),
+             ("device_memory_bytes", "--device-memory"))  # fmt: skip
+    return next((f" ({flag})" for field, flag in flags if field == name), "")
 
 
 def plan_command(config: PlanConfig) -> str:

@@ -61,6 +61,10 @@ def _cause(exc: BaseException, in_file: str | None = None) -> str:
 
 
 def _exec_file(path: Path) -> Any:
+    if path.is_dir():
+        raise ModelFileError(
+            f"{path}: is a folder, not a model file; pass the .py file that defines build_model()"
+        )
     if not path.is_file():
         raise ModelFileError(
             f"{path}: no such model file; pass a .py file or package.module:function"
@@ -79,7 +83,7 @@ def _exec_file(path: Path) -> Any:
         raise ModelFileError(
             f"{path}: syntax error at line {exc.lineno}: {exc.msg}; fix the model file"
         ) from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         sys.modules.pop(name, None)
         raise ModelFileError(
             f"{path}: running the file raised {_cause(exc, str(path.resolve()))}; fix the model file"
@@ -98,7 +102,12 @@ def _import_ref(ref: str, what: str) -> tuple[Any, str]:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(mod_name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
+        if isinstance(exc, ModuleNotFoundError) and ":" not in ref and what == "model":
+            raise ModelFileError(
+                f"{ref}: no such model file or module ({_cause(exc)}); pass a .py model file or "
+                "package.module:build_model"
+            ) from None
         raise ModelFileError(
             f"{ref}: importing {mod_name!r} raised {_cause(exc)}; check the {what} reference"
         ) from None
@@ -166,7 +175,7 @@ def build_model(spec: ModelSpec) -> Any:
 
     try:
         model = spec.build()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelFileError(
             f"{spec.source}: build_model() raised {_cause(exc)}; fix build_model()"
         ) from None
@@ -174,6 +183,11 @@ def build_model(spec: ModelSpec) -> Any:
         raise ModelFileError(
             f"{spec.source}: build_model() returned {type(model).__name__}, not a torch.nn.Module; "
             "return the model"
+        )
+    if next(iter(model.parameters()), None) is None and next(iter(model.buffers()), None) is None:
+        raise ModelFileError(
+            f"{spec.source}: build_model() returned a {type(model).__name__} with no parameters "
+            "or buffers: there are no weights to offload; return the model with its weights"
         )
     return model
 
@@ -187,7 +201,7 @@ def make_inputs(spec: ModelSpec) -> Inputs:
         )
     try:
         value = spec.example_inputs()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelFileError(
             f"{spec.source}: example_inputs() raised {_cause(exc)}; fix example_inputs()"
         ) from None
@@ -205,7 +219,10 @@ def normalize_inputs(value: Any, source: str = "example_inputs") -> Inputs:
         return Inputs(value, tuple(value[0]), dict(value[1]))
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
-            raise ModelFileError(f"{source}: example_inputs() returned a dict with non-string keys")
+            raise ModelFileError(
+                f"{source}: example_inputs() returned a dict with non-string keys; "
+                "key it by the forward's parameter names"
+            )
         return Inputs(value, (), dict(value))
     if isinstance(value, (tuple, list)):
         return Inputs(value, tuple(value), {})
@@ -223,9 +240,14 @@ def call_run(run: RunFn | None, model: Any, inputs: Inputs, source: str) -> Any:
         return run(model, inputs.raw)
     except ModelFileError:
         raise
-    except Exception as exc:
-        what = "run(model, inputs)" if run is not None else "the model's forward"
+    except (Exception, SystemExit) as exc:
+        if run is None:
+            raise ModelFileError(
+                f"{source}: the model's forward rejected the example inputs: {_cause(exc)}; fix "
+                "example_inputs() or run()"
+            ) from None
+        in_file = str(Path(source).resolve()) if source.endswith(".py") else None
         raise ModelFileError(
-            f"{source}: {what} rejected the example inputs: {_cause(exc)}; fix example_inputs() "
-            "or run()"
+            f"{source}: run(model, inputs) raised {_cause(exc, in_file)}; fix run() or "
+            "example_inputs()"
         ) from None

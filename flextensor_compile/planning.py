@@ -13,6 +13,7 @@ from importlib import metadata
 from flextensor_compile.emit import emit_profile
 from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve
 from flextensor_compile.stats import Stats
+from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import Meta, PlanConfig, Profile, check_profile
 
 __all__ = ["package_version", "plan_profile", "solve_stats"]
@@ -29,7 +30,17 @@ def package_version(name: str) -> str:
 def solve_stats(stats: Stats, config: PlanConfig) -> tuple[Problem, Plan]:
     """Build the problem from stats and solve it with the configured strategy."""
     problem = problem_from_stats(stats, config)
-    return problem, solve(problem, config.strategy)
+    plan = solve(problem, config.strategy)
+    device_bytes = stats.device.memory_bytes
+    # an emulated device is sized to the weight bytes, which block alignment may exceed
+    real = stats.device.kind != "emulated"
+    if real and problem.budget_bytes is None and plan.peak_bytes > device_bytes:
+        raise BudgetError(
+            f"the latency-mode plan keeps {plan.peak_bytes} bytes on the device but "
+            f"{stats.device.name} has {device_bytes} bytes; pass --mem-fraction (e.g. 0.9) or "
+            "--budget to plan streaming within the device"
+        )
+    return problem, plan
 
 
 def plan_profile(
@@ -49,5 +60,5 @@ def plan_profile(
         timing_source=stats.timing_source,
     )
     profile = emit_profile(stats, config, problem, plan, meta)
-    check_profile(profile)  # e.g. duplicate trap names in the stats surface here, not at load
+    check_profile(profile)  # an inconsistency the stats checks missed surfaces here
     return profile

@@ -24,6 +24,7 @@ import math
 import os
 import tempfile
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,9 @@ class Stats:
     timing_source: str = "stats"
 
 
+_MAX_NUMBER = 2**63  # the profile stores sizes as 64-bit integers
+
+
 def _err(where: str, message: str) -> StatsFormatError:
     return StatsFormatError(f"stats {where}: {message}; fix the file or re-record it with "
                             "`ftc profile --save-stats`")  # fmt: skip
@@ -88,9 +92,22 @@ def _num(doc: dict, key: str, where: str, kind: type = float, required: bool = T
         return None
     v = doc[key]
     ok = isinstance(v, (int, float)) if kind is float else isinstance(v, int)
-    if not ok or isinstance(v, bool) or not math.isfinite(float(v)) or v < 0:
-        raise _err(f"{where}.{key}", f"expected a non-negative {kind.__name__}, got {v!r:.40}")
+    if not ok or isinstance(v, bool) or not math.isfinite(float(v)) or not 0 <= v < _MAX_NUMBER:
+        raise _err(
+            f"{where}.{key}", f"expected a non-negative {kind.__name__} below 2**63, got {v!r:.40}"
+        )
     return kind(v)
+
+
+def _positive(v: Any, where: str) -> Any:
+    if v == 0:
+        raise _err(where, "expected a positive number, got 0")
+    return v
+
+
+def _positive_number(v: Any) -> bool:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+    return ok and math.isfinite(float(v)) and 0 < v < _MAX_NUMBER
 
 
 def _str(doc: dict, key: str, where: str) -> str:
@@ -109,12 +126,21 @@ def _tensor(doc: Any, where: str) -> TensorStat:
     shape = doc.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise _err(f"{where}.shape", f"expected a list of non-negative ints, got {shape!r:.40}")
+    if len(shape) > 64 or any(d >= _MAX_NUMBER for d in shape):
+        raise _err(f"{where}.shape", f"absurd shape {shape[:8]!r:.60}")
+    nbytes = _num(doc, "bytes", where, int)
+    if nbytes != prod(shape) * DTYPE_ITEMSIZE[dtype.removeprefix("torch.")]:
+        raise _err(
+            f"{where}.bytes",
+            f"{nbytes} bytes, but shape {shape} of {dtype} holds "
+            f"{prod(shape) * DTYPE_ITEMSIZE[dtype.removeprefix('torch.')]}",
+        )
     kind = doc.get("kind", "parameter")
     if kind not in TENSOR_KINDS:
         raise _err(f"{where}.kind", f"expected one of {', '.join(TENSOR_KINDS)}, got {kind!r}")
     return TensorStat(
         name=_str(doc, "name", where),
-        bytes=_num(doc, "bytes", where, int),
+        bytes=nbytes,
         dtype=dtype.removeprefix("torch."),
         shape=tuple(shape),
         stride=tuple(doc.get("stride") or ()),
@@ -138,8 +164,15 @@ def _trap(doc: Any, where: str) -> TrapStat:
         compute_ms=_num(doc, "compute_ms", where),
         tensors=tuple(_tensor(t, f"{where}.tensors[{i}]") for i, t in enumerate(tensors)),
         kind=kind,
-        calls=_num(doc, "calls", where, int, required=False) or 1,
+        calls=_calls(doc, where),
     )
+
+
+def _calls(doc: dict, where: str) -> int:
+    calls = _num(doc, "calls", where, int, required=False)
+    if calls == 0:
+        raise _err(f"{where}.calls", "expected a positive int, got 0")
+    return 1 if calls is None else int(calls)
 
 
 def _device(doc: Any) -> DeviceSpec:
@@ -147,13 +180,14 @@ def _device(doc: Any) -> DeviceSpec:
         raise _err("device", "expected an object")
     curve_doc = doc.get("bandwidth_curve", [])
     if not isinstance(curve_doc, list) or not all(
-        isinstance(p, list) and len(p) == 2 for p in curve_doc
+        isinstance(p, list) and len(p) == 2 and all(_positive_number(x) for x in p)
+        for p in curve_doc
     ):
         raise _err("device.bandwidth_curve", "expected a list of [bytes, bytes_per_s] pairs")
     return DeviceSpec(
         name=_str(doc, "name", "device"),
-        memory_bytes=_num(doc, "memory_bytes", "device", int),
-        h2d_bytes_per_s=_num(doc, "h2d_bytes_per_s", "device"),
+        memory_bytes=_positive(_num(doc, "memory_bytes", "device", int), "device.memory_bytes"),
+        h2d_bytes_per_s=_positive(_num(doc, "h2d_bytes_per_s", "device"), "device.h2d_bytes_per_s"),
         h2d_latency_ms=_num(doc, "h2d_latency_ms", "device", required=False) or 0.0,
         bandwidth_curve=tuple(BandwidthPoint(int(b), float(r)) for b, r in curve_doc),
         kind=str(doc.get("kind", "target")),
@@ -170,13 +204,34 @@ def stats_from_json(doc: Any) -> Stats:
     untrapped = doc.get("untrapped", [])
     if not isinstance(untrapped, list):
         raise _err("untrapped", "expected a list")
-    return Stats(
+    stats = Stats(
         name=_str(doc, "name", "file"),
         device=_device(doc.get("device")),
         traps=tuple(_trap(t, f"traps[{i}]") for i, t in enumerate(traps)),
         untrapped=tuple(_tensor(t, f"untrapped[{i}]") for i, t in enumerate(untrapped)),
         timing_source=str(doc.get("timing_source", "stats")),
     )
+    _check_names(stats)
+    return stats
+
+
+def _check_names(stats: Stats) -> None:
+    """Trap and tensor names are unique; a tie names a canonical (untied) tensor."""
+    seen: set[str] = set()
+    for trap in stats.traps:
+        if trap.name in seen:
+            raise _err("traps", f"trap name {trap.name!r} appears twice")
+        seen.add(trap.name)
+    tensors = [t for trap in stats.traps for t in trap.tensors] + list(stats.untrapped)
+    names: set[str] = set()
+    for t in tensors:
+        if t.name in names:
+            raise _err("tensors", f"tensor {t.name!r} is listed twice")
+        names.add(t.name)
+    canonical = {t.name for t in tensors if t.tie is None}
+    for t in tensors:
+        if t.tie is not None and t.tie not in canonical:
+            raise _err("tensors", f"tensor {t.name!r} is tied to {t.tie!r}, not a listed tensor")
 
 
 def _tensor_json(t: TensorStat) -> dict[str, Any]:
@@ -210,8 +265,20 @@ def load_stats(path: str | os.PathLike[str]) -> Stats:
     try:
         doc = json.loads(p.read_text())
     except FileNotFoundError:
-        raise StatsFormatError(f"{p}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StatsFormatError(
+            f"{p}: no such file; pass the file written by `ftc profile --save-stats`"
+        ) from None
+    except IsADirectoryError:
+        raise StatsFormatError(
+            f"{p}: is a folder, not a stats file; pass the file written by `ftc profile "
+            "--save-stats`"
+        ) from None
+    except UnicodeDecodeError:
+        raise StatsFormatError(
+            f"{p}: binary data, not a JSON stats file (a profile?); pass the file written by "
+            "`ftc profile --save-stats`"
+        ) from None
+    except json.JSONDecodeError as exc:
         raise StatsFormatError(f"{p}: not JSON ({str(exc)[:60]}); pass a stats file") from None
     try:
         return stats_from_json(doc)

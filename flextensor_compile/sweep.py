@@ -8,6 +8,7 @@ Must not know: the CLI, rendering, files.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,24 +40,38 @@ class SweepPoint:
     error: str = ""
 
 
+_MAX_POINTS = 1000  # budgets one sweep solves: each is a full solve
+
+
 def parse_fractions(spec: str) -> tuple[float, ...]:
     """`0.2:1.0:0.05` -> 0.2, 0.25, ..., 1.0 (inclusive); `0.3,0.5` -> 0.3, 0.5."""
     try:
         if ":" in spec:
             start, stop, step = (float(x) for x in spec.split(":"))
+            if not all(map(math.isfinite, (start, stop, step))):
+                raise ValueError
             if step <= 0 or start <= 0 or stop < start:
                 raise ValueError
             count = int((stop - start) / step + 1e-9) + 1
+            if count > _MAX_POINTS:
+                raise OverflowError(count)
             values = tuple(round(start + k * step, 10) for k in range(count))
         else:
             values = tuple(float(x) for x in spec.split(","))
+    except OverflowError as exc:
+        raise ConfigError(
+            f"fractions {spec!r} give {exc.args[0]} budgets, more than {_MAX_POINTS}; use a "
+            "larger STEP"
+        ) from None
     except ValueError:
         raise ConfigError(
             f"bad fractions {spec!r}; use START:STOP:STEP (e.g. 0.2:1.0:0.05) or a list like "
             "0.3,0.5 with positive values"
         ) from None
-    if not values or any(v <= 0 for v in values):
-        raise ConfigError(f"bad fractions {spec!r}; every fraction must be positive")
+    if not values or any(not v > 0 or not math.isfinite(v) for v in values):
+        raise ConfigError(f"bad fractions {spec!r}; every fraction must be a positive number")
+    if len(values) > _MAX_POINTS:
+        raise ConfigError(f"fractions {spec!r} list more than {_MAX_POINTS} budgets; list fewer")
     return values
 
 

@@ -29,6 +29,12 @@ def parse_size(text: str, what: str = "size") -> int:
             "500MB, 1.5e9"
         )
     value = float(m.group(1)) * _UNITS[unit]
+    if 0 < value < 1:
+        hint = "; for a fraction of device memory use --mem-fraction" if what == "--budget" else ""
+        raise ConfigError(
+            f"{what} {text!r} is less than one byte: sizes are bytes or a number with a unit, "
+            f"e.g. 6GiB{hint}"
+        )
     if value <= 0 or value > 2**50:
         raise ConfigError(f"{what} {text!r} is out of range; give a positive size up to 1 PiB")
     return int(value)

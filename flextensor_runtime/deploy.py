@@ -20,7 +20,7 @@ from flextensor_runtime import profile as profile_format
 from flextensor_runtime.backend import DeviceBackend, select_backend
 from flextensor_runtime.bind import Binding, bind_profile
 from flextensor_runtime.cache_section import cache_section_from_extensions, install_cache
-from flextensor_runtime.errors import BudgetError, ConfigError
+from flextensor_runtime.errors import BudgetError, ConfigError, ProfileFormatError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.install import Deployment, install
 from flextensor_runtime.lazy_load import Checkpoint
@@ -36,7 +36,22 @@ _HANDLE_ATTR = "_ft_handle"
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate an offload profile (no model needed); errors are one-line `ProfileError`s."""
+    if _looks_like_json(path):
+        raise ProfileFormatError(
+            f"{path}: is a JSON text file (a stats file?), not a profile; pass the .msgpack "
+            "profile, or make one from stats with `ftc plan STATS -o profile.msgpack`"
+        )
     return profile_format.load(path)
+
+
+def _looks_like_json(path: str | os.PathLike[str]) -> bool:
+    """True when `path` is a file whose first non-blank byte is `{` or `[` (a profile is msgpack
+    and starts with a map header byte, never with these)."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(256).lstrip()
+    return head[:1] in (b"{", b"[")
 
 
 @dataclass
@@ -95,7 +110,7 @@ class OffloadHandle:
 
 def handle(model: nn.Module) -> OffloadHandle:
     """The `OffloadHandle` of a model that `offload_from_profile` installed a profile on."""
-    h = model.__dict__.get(_HANDLE_ATTR)
+    h = model.__dict__.get(_HANDLE_ATTR) if isinstance(model, nn.Module) else None
     if h is None:
         raise ConfigError(
             f"{type(model).__name__} has no offload profile installed; call "
@@ -171,10 +186,20 @@ def offload_from_profile(
     the meta device, straight into their final place. `backend` overrides `device`. On any error
     the model is left unchanged.
     """
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"offload_from_profile needs a torch.nn.Module, got {type(model).__name__}; pass the "
+            "model the profile was compiled for"
+        )
     if _HANDLE_ATTR in model.__dict__:
         raise ConfigError(
             f"{type(model).__name__} already has an offload profile installed; call "
             "handle(model).remove() first"
+        )
+    if not isinstance(path, (str, os.PathLike, Profile)):
+        raise ConfigError(
+            f"offload_from_profile needs a profile path or a Profile, got {type(path).__name__}; "
+            "pass the .msgpack file `ftc profile` wrote"
         )
     profile = path if isinstance(path, Profile) else load_profile(path)
     if isinstance(path, Profile):

@@ -47,10 +47,15 @@ def _root(
     """flextensor offload profile compiler."""
 
 
+def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """`--debug` is accepted anywhere on the line (`ftc inspect p.msgpack --debug` too)."""
+    return [a for a in argv if a != "--debug"], "--debug" in argv
+
+
 def main() -> None:
     """Console entry point: run the app and map errors to one line and an exit code."""
-    debug = "--debug" in sys.argv[1:]
-    sys.exit(run_guarded(lambda: app(prog_name="ftc"), debug))
+    args, debug = _split_debug(sys.argv[1:])
+    sys.exit(run_guarded(lambda: app(args, prog_name="ftc"), debug))
 
 
 if __name__ == "__main__":

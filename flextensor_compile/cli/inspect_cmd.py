@@ -25,10 +25,13 @@ def inspect(
     ),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
+    from flextensor_compile.cli.paths import check_output_file
     from flextensor_compile.cli.render import out_console, print_json, render_inspect
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_runtime.profile import load
 
+    check_output_file(timeline, "--timeline", "timeline.png")
+    _reject_json(profile)
     loaded = load(profile)
     doc = inspect_document(loaded)
     if timeline is not None:
@@ -75,6 +78,19 @@ def _render_explain(expl: dict, console: Any) -> None:
                           f"{u['issue_at']}->{u['release_after']})" for u in b["transfers"])  # fmt: skip
         blocks.add_row(str(b["block"]), format_bytes(b["bytes"]), users)
     console.print(blocks)
+
+
+def _reject_json(path: Path) -> None:
+    """A JSON file (a stats file given by mistake) is named as such, not as a damaged profile."""
+    from flextensor_runtime.errors import ProfileFormatError
+
+    if path.is_file():
+        with open(path, "rb") as fh:
+            if fh.read(256).lstrip()[:1] in (b"{", b"["):  # a profile starts with a msgpack map
+                raise ProfileFormatError(
+                    f"{path}: is a JSON text file (a stats file?), not a profile; inspect the "
+                    "profile, or make one with `ftc plan STATS -o profile.msgpack`"
+                )
 
 
 def register(app: typer.Typer) -> None:

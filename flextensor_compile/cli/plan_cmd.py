@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+
 __all__ = ["register"]
 
 
@@ -20,12 +22,13 @@ def plan(
         None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."
     ),
     budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB."),
-    strategy: str = typer.Option("adaptive", "--strategy", help="Offloading strategy."),
+    strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
     num_blocks: int = typer.Option(None, "--num-blocks", help="Exact number of memory blocks."),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks to use."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile's inspect document."),
 ) -> None:
     """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
+    from flextensor_compile.cli.paths import check_output_file
     from flextensor_compile.cli.render import out_console, print_json
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
@@ -37,6 +40,7 @@ def plan(
 
     if mem_fraction is not None and budget is not None:
         raise ConfigError("both --mem-fraction and --budget were given; pass only one")
+    check_output_file(out, "-o", "profile.msgpack")
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,

@@ -37,7 +37,7 @@ class _Bars:
         self.progress = Progress(
             TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            console=self.console, disable=quiet, transient=True,
+            console=self.console, disable=quiet or not self.console.is_terminal, transient=True,
         )  # fmt: skip
 
     def __enter__(self) -> _Bars:
@@ -83,6 +83,12 @@ def _config(opts: dict[str, Any]) -> Any:
     return OffloadConfig(**values)
 
 
+STRATEGY_HELP = (
+    "Offloading strategy: adaptive, knapsack, greedy, nth-layer, adaptive-knapsack, "
+    "global-offload or global-tensor-selection."
+)
+
+
 def _render(doc: dict[str, Any], notes_to: Any) -> None:
     from flextensor_compile.units import format_bytes
 
@@ -118,9 +124,9 @@ def profile(
     target: str = typer.Option(None, "--target", help="Plan for a built-in GPU: rtx4090, a100-40g, a100-80g, h100-pcie, h100-sxm, h200, l4."),
     device_memory: str = typer.Option(None, "--device-memory", help="Device memory size, e.g. 24GiB."),
     bandwidth: str = typer.Option(None, "--bandwidth", help="Host-to-device copy rate, e.g. 25GB/s."),
-    strategy: str = typer.Option("adaptive", "--strategy", help="Offloading strategy."),
+    strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
     include: list[str] = typer.Option(None, "--include", help="Include pattern (repeatable): glob on module/parameter paths, or class:Name."),
-    exclude: list[str] = typer.Option(None, "--exclude", help="Exclude pattern (repeatable)."),
+    exclude: list[str] = typer.Option(None, "--exclude", help="Exclude pattern (repeatable): an excluded module is not a trap, an excluded tensor stays resident."),
     num_blocks: int = typer.Option(None, "--num-blocks", help="Number of memory blocks."),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks."),
     profiling_iters: int = typer.Option(5, "--profiling-iters", help="Timed iterations (median)."),
@@ -140,6 +146,11 @@ def profile(
     """Compile an offload profile: discover (one forward), measure, solve, write."""
     opts = dict(locals())
     config = _config(opts)
+    from flextensor_compile.cli.paths import check_output_dir, check_output_file
+
+    check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
+    check_output_file(save_stats, "--save-stats", "stats.json")
+    check_output_dir(instrument, "--instrument")
     from flextensor_compile import compile_api
     from flextensor_compile.model_file import build_model, load_model_spec, make_inputs
     from flextensor_compile.profile_sections import add_sections, section_options

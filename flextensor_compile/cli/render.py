@@ -6,9 +6,10 @@ Owns: how documents look in a terminal. Must not know: how they are computed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console
@@ -19,12 +20,22 @@ from flextensor_compile.units import format_bytes, format_rate
 __all__ = ["err_console", "out_console", "print_json", "render_inspect", "sweep_table"]
 
 
+_PIPE_WIDTH = 200  # piped output (logs, grep) is not cropped or wrapped at 80 columns
+
+
+def _width(stream: TextIO) -> int | None:
+    """None (rich's own: the terminal's, or $COLUMNS) for a terminal, else a wide fixed width."""
+    if "COLUMNS" in os.environ or (hasattr(stream, "isatty") and stream.isatty()):
+        return None
+    return _PIPE_WIDTH
+
+
 def out_console() -> Console:
-    return Console(highlight=False)
+    return Console(highlight=False, width=_width(sys.stdout))
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
 def print_json(doc: Any) -> None:
@@ -53,7 +64,7 @@ def _summary(doc: dict[str, Any]) -> Table:
         ("blocks", f"{len(doc['blocks'])} blocks, {format_bytes(tot['blocks_bytes'])}"),
         ("peak", format_bytes(pred["peak_bytes"])),
         ("predicted", f"compute {pred['compute_ms']:.3f} ms, makespan {pred['makespan_ms']:.3f} ms, "
-                      f"stall {pred['stall_ms']:.3f} ms (overhead {pred['overhead']:.1%})"),
+                      f"stall {pred['stall_ms']:.3f} ms (overhead {_percent(pred['overhead'])})"),
         ("made by", doc["meta"]["command"] or "-"),
     ]  # fmt: skip
     if doc["extensions"]:
@@ -61,6 +72,11 @@ def _summary(doc: dict[str, Any]) -> Table:
     for key, value in rows:
         grid.add_row(key, value)
     return grid
+
+
+def _percent(value: float) -> str:
+    """`12.5%`; a rounding residue such as -1e-17 shows as 0.0%, not -0.0%."""
+    return f"{value:.1%}" if abs(value) >= 0.0005 else "0.0%"
 
 
 def _ms(value: float) -> str:
@@ -87,7 +103,7 @@ def _trap_table(doc: dict[str, Any]) -> Table:
         collapse_padding=True,
     )
     table.add_column("#", justify="right", no_wrap=True, min_width=2)
-    table.add_column("trap", no_wrap=True, overflow="ellipsis", min_width=8)
+    table.add_column("trap", overflow="fold", min_width=8)  # long names fold, columns stay
     for col in ("kind", "ms", "resident", "streamed", "block", "prefetch", "stall"):
         table.add_column(
             col, justify="left" if col == "kind" else "right", no_wrap=True, min_width=len(col)
@@ -121,7 +137,7 @@ def sweep_table(points: Sequence[Any]) -> Table:
               "peak": 9}  # fmt: skip
     for col, width in widths.items():
         table.add_column(col, justify="right", no_wrap=True, min_width=width)
-    table.add_column("strategy", no_wrap=True, overflow="ellipsis")
+    table.add_column("strategy", overflow="fold")
     for p in points:
         if p.makespan_ms is None:
             table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), "-", "-", "-", "-",

@@ -11,11 +11,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
     from flextensor_runtime.profile import PlanConfig
 
 __all__ = ["register"]
+
+
+_MSGPACK_MAPS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # a profile starts with a map
 
 
 def _load(path: Path) -> tuple[Stats, PlanConfig]:
@@ -24,9 +29,11 @@ def _load(path: Path) -> tuple[Stats, PlanConfig]:
     from flextensor_compile.sweep import stats_from_profile
     from flextensor_runtime.profile import PlanConfig, load
 
+    if not path.is_file():  # load_stats names a missing file or a folder in one line
+        return load_stats(path), PlanConfig()
     with open(path, "rb") as fh:
-        head = fh.read(64).lstrip()
-    if head.startswith(b"{"):
+        head = fh.read(1)
+    if not head or head[0] not in _MSGPACK_MAPS:  # text, empty, JSON: read as a stats file
         return load_stats(path), PlanConfig()
     profile = load(path)
     return stats_from_profile(profile), profile.config
@@ -39,17 +46,23 @@ def sweep(
         "--fractions",
         help="Budgets as fractions of the weight bytes: START:STOP:STEP or a list like 0.3,0.5.",
     ),
-    strategy: str = typer.Option(None, "--strategy", help="Strategy (default: the profile's)."),
+    strategy: str = typer.Option(
+        None,
+        "--strategy",
+        help=STRATEGY_HELP.rstrip(".") + " (default: the profile's, or adaptive).",
+    ),
     plot: Path = typer.Option(None, "--plot", help="Also draw the curve to this PNG."),
     as_json: bool = typer.Option(False, "--json", help="Print the points as JSON."),
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from dataclasses import replace
 
+    from flextensor_compile.cli.paths import check_output_file
     from flextensor_compile.cli.render import out_console, print_json, sweep_table
     from flextensor_compile.sweep import parse_fractions, plot_sweep
     from flextensor_compile.sweep import sweep as run_sweep
 
+    check_output_file(plot, "--plot", "sweep.png")
     stats, config = _load(source)
     if strategy is not None:
         config = replace(config, strategy=strategy)

@@ -104,6 +104,11 @@ def select_traps(model: nn.Module, include: tuple[str, ...], exclude: tuple[str,
     params = [n for n, _ in model.named_parameters(remove_duplicate=False)]
     buffers = [n for n, _ in model.named_buffers(remove_duplicate=False)]
     excluded_classes = [p[6:] for p in exclude if p.startswith("class:")]
+    for pattern in exclude:
+        if not any(_match(pattern, p, m) for p, m in modules) and not (
+            not pattern.startswith("class:") and any(_match(pattern, n) for n in params + buffers)
+        ):
+            raise _no_match(pattern, [p for p, _ in modules] + params)
     chosen: dict[str, frozenset[str] | None] = {}
     named_buffers: set[str] = set()
     for pattern in patterns:

@@ -74,6 +74,7 @@ class Problem:
     min_blocks: int = 1
     assignment: str = "optimized-round-robin"
     pinned: tuple[tuple[str, str], ...] = ()  # (tensor, reason) for tensors kept resident
+    fraction_of_bytes: int | None = None  # device memory, when the budget is a --mem-fraction
 
     @property
     def compute_ms(self) -> float:
@@ -116,7 +117,9 @@ def _budget(stats: Stats, config: PlanConfig) -> int | None:
         return config.budget_bytes
     if config.mem_fraction is not None:
         if not 0.0 < config.mem_fraction <= 1.0:
-            raise ConfigError(f"mem fraction must be in (0, 1], got {config.mem_fraction}")
+            raise ConfigError(
+                f"mem fraction must be in (0, 1], got {config.mem_fraction}; e.g. --mem-fraction 0.6"
+            )
         return int(config.mem_fraction * stats.device.memory_bytes)
     return None
 
@@ -129,12 +132,17 @@ def _check_config(config: PlanConfig) -> None:
     if config.release != "after-last-reader":
         raise ConfigError(f"unknown release strategy {config.release!r}; use after-last-reader")
     if config.num_blocks is not None and config.num_blocks < 1:
-        raise ConfigError(f"num_blocks must be at least 1, got {config.num_blocks}")
+        raise ConfigError(
+            f"num_blocks must be at least 1, got {config.num_blocks}; pass --num-blocks 1 or more"
+        )
     if config.min_blocks < 1:
-        raise ConfigError(f"min_blocks must be at least 1, got {config.min_blocks}")
+        raise ConfigError(
+            f"min_blocks must be at least 1, got {config.min_blocks}; pass --min-blocks 1 or more"
+        )
     if config.num_blocks is not None and config.min_blocks > config.num_blocks:
         raise ConfigError(
-            f"min_blocks {config.min_blocks} exceeds num_blocks {config.num_blocks}; lower one"
+            f"min_blocks {config.min_blocks} exceeds num_blocks {config.num_blocks}; lower --min-blocks or "
+            "raise --num-blocks"
         )
     if not config.transfer_budget_scale > 0:
         raise ConfigError(
@@ -192,6 +200,7 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
         min_blocks=config.min_blocks,
         assignment=config.assignment,
         pinned=tuple(sorted((n, r) for n, r in reasons.items() if n in canon_bytes)),
+        fraction_of_bytes=d.memory_bytes if config.mem_fraction is not None else None,
     )
 
 

@@ -19,6 +19,7 @@ Must not know: the profile format, files, clocks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 from flextensor_compile.solve.assign import orders_for
@@ -235,5 +236,21 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     also = "" if strategy == DEFAULT_STRATEGY else f" with --strategy {DEFAULT_STRATEGY}"
     raise BudgetError(
         f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes (the smallest "
-        f"feasible budget is {hint}); raise --budget or --mem-fraction to {hint}{also}"
+        f"feasible budget is {hint}); {_raise_hint(problem, least, hint)}{also}"
     )
+
+
+def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:
+    """What to raise: the --mem-fraction the smallest budget needs, when the budget was one."""
+    device = problem.fraction_of_bytes
+    if device is None or least is None:
+        return f"raise --budget or --mem-fraction to {hint}"
+    fraction = math.ceil(least / device * 100) / 100
+    while int(fraction * device) < least:  # the budget is int(fraction * device): round up
+        fraction += 0.01
+    if fraction > 1.0:
+        return (
+            f"that is more than the device's {device} bytes: plan for a larger device "
+            "(--target, --device-memory)"
+        )
+    return f"raise --mem-fraction to at least {fraction:.2f} (or pass --budget {least})"

@@ -20,7 +20,12 @@ def select_backend(device: torch.device | str | None = None, pinned: bool = True
     """The backend for `device` (default: the current CUDA device if there is one, else CPU)."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(
+            f"device {device!r} is not a torch device; pass 'cuda', 'cuda:N' or 'cpu'"
+        ) from None
     if dev.type == "cuda":
         return CudaBackend(dev, pinned=pinned)
     if dev.type == "cpu":

@@ -73,3 +73,19 @@ def test_plan_command_is_canonical():
         "ftc plan --mem-fraction 0.6 --strategy adaptive --num-blocks 3 --seed 2")  # fmt: skip
     assert plan_command(OffloadConfig(budget_bytes=1024).to_plan_config()) == (
         "ftc plan --budget 1024 --strategy adaptive")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "flag"),
+    [
+        ({"max_gpu_mem_fraction": 0.0}, "(--mem-fraction)"),
+        ({"load_strategy": "knapsak"}, "(--strategy)"),
+        ({"num_blocks": 0}, "(--num-blocks)"),
+        ({"warmup_iters": -1}, "(--warmup-iters)"),
+        ({"device": "tpu"}, "(--device)"),
+    ],
+)
+def test_option_errors_name_the_ftc_option(kwargs, flag):
+    with pytest.raises(ConfigError) as info:
+        OffloadConfig(**kwargs)
+    assert str(info.value).endswith(flag)

@@ -135,3 +135,57 @@ def test_cli_bad_input_is_one_line_exit_1(tmp_path, capsys, text, cause):
     assert len(err.splitlines()) == 1 and err.startswith(f"ftc: model file: {path}: ")
     assert cause in err
     assert not Path(out).exists()
+
+
+def test_folder_is_named_as_a_folder(tmp_path):
+    with pytest.raises(ModelFileError, match=r"is a folder, not a model file; pass the \.py file"):
+        load_model_spec(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        ("import sys\nsys.exit(3)\n", "running the file raised SystemExit: 3 (line 2)"),
+        (
+            "import sys\ndef build_model():\n    sys.exit('no weights')\n",
+            "build_model() raised SystemExit: no weights",
+        ),
+        (
+            GOOD.replace("return (torch.ones(1, 4),)", "raise SystemExit(2)"),
+            "example_inputs() raised SystemExit: 2",
+        ),
+    ],
+)
+def test_sys_exit_in_the_model_file_is_one_line_exit_1(tmp_path, capsys, text, cause):
+    path = _write(tmp_path, text)
+    out = str(tmp_path / "p.msgpack")
+    code = run_guarded(lambda: app(["profile", path, "-o", out, "--quiet"], prog_name="ftc"), False)
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1
+    assert err.startswith(f"ftc: model file: {path}: ") and cause in err
+    assert not Path(out).exists()
+
+
+def test_model_without_weights_is_refused(tmp_path):
+    text = "import torch\ndef build_model():\n    return torch.nn.Sequential(torch.nn.ReLU())\n"
+    spec = load_model_spec(_write(tmp_path, text))
+    with pytest.raises(
+        ModelFileError, match=r"returned a Sequential with no parameters or buffers: there are no"
+    ):
+        build_model(spec)
+
+
+def test_missing_file_without_py_suffix_is_named_as_missing():
+    with pytest.raises(
+        ModelFileError, match=r"notes\.txt: no such model file or module \(ModuleNotFoundError"
+    ):
+        load_model_spec("notes.txt")
+
+
+def test_run_that_raises_is_named_with_its_line(tmp_path):
+    text = GOOD + "def run(model, inputs):\n    raise KeyError('steps')\n"
+    spec = load_model_spec(_write(tmp_path, text))
+    with pytest.raises(
+        ModelFileError, match=r"run\(model, inputs\) raised KeyError: 'steps' \(line 9\); fix run"
+    ):
+        call_run(spec.run, build_model(spec), make_inputs(spec), spec.source)

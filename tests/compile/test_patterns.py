@@ -75,3 +75,14 @@ def test_pattern_matching_nothing_suggests_the_closest_path():
         ConfigError, match=r"'layer\.\*' matches no module or tensor; did you mean 'layers\.0'"
     ):
         select_traps(models.Stack(), ("layer.*",), ())
+
+
+def test_exclude_matching_nothing_is_an_error_like_include():
+    with pytest.raises(
+        ConfigError, match=r"'layer\.1' matches no module or tensor; did you mean 'layers\.1'"
+    ):
+        select_traps(models.Stack(), ("layers.*",), ("layer.1",))
+    with pytest.raises(ConfigError, match=r"'class:Nope' matches no module or tensor"):
+        select_traps(models.Stack(), (), ("class:Nope",))
+    sel = select_traps(models.Stack(), ("layers.*",), ("*.fc1.weight", "class:Linear"))
+    assert sel.traps == ("layers.0", "layers.1", "layers.2")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,32 @@ def test_human_view_shows_summary_and_traps() -> None:
     assert r.returncode == 0, r.stderr
     for text in ("example-gpu", "budget", "layers.3", "gap:5", "predicted"):
         assert text in r.stdout
+
+
+def test_piped_human_view_keeps_every_column_and_name() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    profile = Path(__file__).parents[2] / "profiles" / "tiny_transformer.f60.msgpack"
+    r = subprocess.run([sys.executable, "-m", "flextensor_compile", "inspect", str(profile)],
+                       capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("#"))
+    assert header.split()[-1] == "stall"  # was cropped to "sta" at 80 columns
+    last = next(line for line in lines if "gap:after:blocks.5" in line)
+    assert last.split()[1] == "gap:after:blocks.5" and len(last.split()) == 9
+    assert "-0.0%" not in r.stdout
+
+
+def test_stats_file_given_to_inspect_is_named_as_json() -> None:
+    stats = Path(__file__).parents[2] / "profiles" / "tiny_transformer.stats.json"
+    r = _ftc("inspect", str(stats))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "is a JSON text file (a stats file?), not a profile" in r.stderr
+    assert "ftc plan STATS" in r.stderr and r.stdout == ""
+
+
+def test_debug_flag_after_the_command_shows_the_traceback(tmp_path: Path) -> None:
+    r = _ftc("inspect", str(tmp_path / "missing.msgpack"), "--debug")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("ftc: invalid profile: ")

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from flextensor_runtime.backend import CpuBackend
-from flextensor_runtime.deploy import load_profile, offload_from_profile
+from flextensor_runtime.deploy import handle, load_profile, offload_from_profile
 from flextensor_runtime.errors import (
     BudgetError,
+    ConfigError,
     InferenceOnlyError,
     InstallError,
     ProfileFormatError,
@@ -144,3 +145,30 @@ def test_inference_only_guard() -> None:
         model(ids)
     model.requires_grad_(False)
     model(ids)  # no weight needs a gradient: allowed
+
+
+def test_not_a_module_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"needs a torch\.nn\.Module, got str; pass the model"):
+        offload_from_profile("model", _profile())  # type: ignore[arg-type]
+
+
+def test_stats_file_given_as_profile_is_named_as_json(tmp_path) -> None:
+    model = tiny_lm()
+    before = snapshot(model)
+    stats = tmp_path / "stats.json"
+    stats.write_text('{"traps": []}\n')
+    with pytest.raises(ProfileFormatError, match=r"is a JSON text file \(a stats file\?\)"):
+        offload_from_profile(model, stats)
+    assert_same(model, before)
+
+
+def test_bad_device_path_and_handle_arguments_are_config_errors() -> None:
+    model = tiny_lm()
+    before = snapshot(model)
+    with pytest.raises(ConfigError, match=r"device 'tpu' is not a torch device; pass 'cuda'"):
+        offload_from_profile(model, _profile(), device="tpu")
+    with pytest.raises(ConfigError, match=r"needs a profile path or a Profile, got int"):
+        offload_from_profile(model, 3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"str has no offload profile installed"):
+        handle("model")  # type: ignore[arg-type]
+    assert_same(model, before)

@@ -71,3 +71,73 @@ def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:
     assert png.read_bytes()[:4] == b"\x89PNG"
     human = runner.invoke(app, ["inspect", str(out), "--explain"])
     assert human.exit_code == 0 and "block assignment" in human.output
+
+
+@pytest.mark.parametrize(
+    ("args", "fix"),
+    [
+        (["--mem-fraction", "0"], "e.g. --mem-fraction 0.6"),
+        (["--num-blocks", "0"], "pass --num-blocks 1 or more"),
+        (["--min-blocks", "3", "--num-blocks", "2"], "lower --min-blocks or raise --num-blocks"),
+    ],
+)
+def test_plan_option_errors_name_the_fix(
+    stats_file: Path, tmp_path: Path, args: list[str], fix: str
+) -> None:
+    out = tmp_path / "p.msgpack"
+    result = runner.invoke(app, ["plan", str(stats_file), "-o", str(out), *args])
+    assert result.exit_code != 0 and not out.exists()
+    assert fix in str(result.exception)
+
+
+def test_budget_error_names_the_mem_fraction_that_fits(tmp_path: Path) -> None:
+    stats_file = Path(__file__).parents[2] / "profiles" / "tiny_transformer.stats.json"
+    out = tmp_path / "p.msgpack"
+    result = runner.invoke(app, ["plan", str(stats_file), "--mem-fraction", "0.2", "-o", str(out)])
+    assert isinstance(result.exception, BudgetError) and not out.exists()
+    msg = str(result.exception)
+    fraction = msg.split("raise --mem-fraction to at least ")[1].split()[0]
+    ok = runner.invoke(app, ["plan", str(stats_file), "--mem-fraction", fraction, "-o", str(out)])
+    assert ok.exit_code == 0, ok.output  # the fraction named is enough
+    below = f"{float(fraction) - 0.01:.2f}"
+    low = runner.invoke(app, ["plan", str(stats_file), "--mem-fraction", below, "-o", str(out)])
+    assert isinstance(low.exception, BudgetError)  # and it is the smallest at 0.01 steps
+
+
+def test_strategy_help_lists_every_strategy() -> None:
+    from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+    from flextensor_compile.config import STRATEGIES as CONFIG_STRATEGIES
+    from flextensor_compile.solve.strategies import STRATEGIES
+
+    assert set(CONFIG_STRATEGIES) == set(STRATEGIES)
+    listed = STRATEGY_HELP.split(": ", 1)[1].rstrip(".").replace(" or ", ", ").split(", ")
+    assert listed == list(STRATEGIES)
+    for command in ("profile", "plan", "sweep"):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"})
+        assert "global-tensor-selection" in result.output, command
+
+
+def test_latency_plan_larger_than_the_device_is_refused(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    stats = uniform_stats(4, compute_ms=0.001)  # copies cannot hide: latency keeps all resident
+    small = replace(stats, device=replace(stats.device, memory_bytes=total_bytes(stats) * 9 // 10))
+    path = save_stats(small, tmp_path / "small.json")
+    out = tmp_path / "p.msgpack"
+    result = runner.invoke(app, ["plan", str(path), "-o", str(out)])
+    assert isinstance(result.exception, BudgetError) and not out.exists()
+    assert "the latency-mode plan keeps" in str(result.exception)
+    assert "pass --mem-fraction" in str(result.exception)
+    fits = runner.invoke(app, ["plan", str(path), "--mem-fraction", "1.0", "-o", str(out)])
+    assert fits.exit_code == 0, fits.output
+
+
+def test_latency_plan_on_the_emulated_device_is_not_refused(tmp_path: Path) -> None:
+    # the emulated device is sized to the weight bytes; block alignment may exceed it
+    from dataclasses import replace
+
+    stats = uniform_stats(4, compute_ms=0.001)
+    device = replace(stats.device, kind="emulated", memory_bytes=total_bytes(stats) - 1)
+    path = save_stats(replace(stats, device=device), tmp_path / "emulated.json")
+    result = runner.invoke(app, ["plan", str(path), "-o", str(tmp_path / "p.msgpack")])
+    assert result.exit_code == 0, result.output

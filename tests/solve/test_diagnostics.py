@@ -102,3 +102,17 @@ def test_stats_recovered_from_a_profile_replan_to_the_same_plan() -> None:
     profile = _profile(_tied_stats(), 0.6)
     again = plan_profile(stats_from_profile(profile), profile.config, command="test")
     assert again.traps == profile.traps and again.schedule == profile.schedule
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("0.5,nan", "every fraction must be a positive number"),
+        ("0.5,inf", "every fraction must be a positive number"),
+        ("0.1:inf:0.1", "use START:STOP:STEP"),
+        ("0.1:1:0.0000001", r"give 9000001 budgets, more than 1000; use a larger STEP"),
+    ],
+)
+def test_parse_fractions_rejects_non_finite_and_endless_sweeps(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_fractions(spec)

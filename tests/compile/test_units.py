@@ -1,0 +1,30 @@
+"""Sizes and rates on the command line: what parses, and one-line errors for what does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from flextensor_compile.units import parse_rate, parse_size
+from flextensor_runtime.errors import ConfigError
+
+
+def test_sizes_and_rates_parse() -> None:
+    assert parse_size("6GiB") == 6 * 2**30
+    assert parse_size("6 gib") == 6 * 2**30
+    assert parse_size("1.5e9") == 1_500_000_000
+    assert parse_rate("24GB/s") == 24e9
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0.5", r"--budget '0\.5' is less than one byte: .*; for a fraction of device memory use "
+                r"--mem-fraction"),
+        ("garbage", r"--budget 'garbage' is not a size"),
+        ("0", r"--budget '0' is out of range"),
+        ("1e400", r"--budget '1e400' is out of range"),
+    ],
+)  # fmt: skip
+def test_bad_budgets_say_what_to_write(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_size(text, "--budget")

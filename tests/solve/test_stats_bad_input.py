@@ -1,0 +1,89 @@
+"""Bad stats files for `ftc plan` and `ftc sweep`: one line naming the file, the cause and the fix,
+exit code 1, no profile written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flextensor_compile.cli.app import app
+from flextensor_compile.cli.errors import run_guarded
+
+GOLDEN_STATS = Path(__file__).parents[2] / "profiles" / "tiny_transformer.stats.json"
+GOLDEN_PROFILE = Path(__file__).parents[2] / "profiles" / "tiny_transformer.f60.msgpack"
+
+
+def _edited(edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        doc = json.loads(GOLDEN_STATS.read_text())
+        edit(doc)
+        path = tmp / "stats.json"
+        path.write_text(json.dumps(doc))
+        return path
+
+    return make
+
+
+def _huge_memory(doc: dict[str, Any]) -> None:
+    doc["device"]["memory_bytes"] = 10**30
+
+
+def _bytes_not_shape(doc: dict[str, Any]) -> None:
+    doc["traps"][1]["tensors"][0]["bytes"] = 2**62
+
+
+def _bad_curve(doc: dict[str, Any]) -> None:
+    doc["device"]["bandwidth_curve"] = [["x", 1]]
+
+
+def _dup_trap(doc: dict[str, Any]) -> None:
+    doc["traps"][2]["name"] = doc["traps"][1]["name"]
+
+
+def _dup_tensor(doc: dict[str, Any]) -> None:
+    doc["traps"][2]["tensors"].append(doc["traps"][1]["tensors"][0])
+
+
+def _bad_tie(doc: dict[str, Any]) -> None:
+    doc["traps"][1]["tensors"][0]["tie"] = "nope"
+
+
+def _zero_calls(doc: dict[str, Any]) -> None:
+    doc["traps"][1]["calls"] = 0
+
+
+def _zero_memory(doc: dict[str, Any]) -> None:
+    doc["device"]["memory_bytes"] = 0
+
+
+CASES = [
+    (_edited(_dup_trap), "trap name 'blocks.0' appears twice"),
+    (_edited(_dup_tensor), "tensor 'blocks.0.attn_norm.weight' is listed twice"),
+    (_edited(_bad_tie), "is tied to 'nope', not a listed tensor"),
+    (_edited(_zero_calls), "traps[1].calls: expected a positive int, got 0"),
+    (_edited(_zero_memory), "device.memory_bytes: expected a positive number, got 0"),
+    (lambda tmp: tmp / "missing.json", "no such file; pass the file written by"),
+    (lambda tmp: tmp, "is a folder, not a stats file"),
+    (lambda tmp: GOLDEN_PROFILE, "binary data, not a JSON stats file (a profile?)"),
+    (_edited(_huge_memory), "device.memory_bytes: expected a non-negative int below 2**63"),
+    (_edited(_bytes_not_shape), "bytes, but shape [128] of float32 holds 512"),
+    (_edited(_bad_curve), "device.bandwidth_curve: expected a list of [bytes, bytes_per_s]"),
+]
+
+
+@pytest.mark.parametrize(("make", "cause"), CASES)
+def test_bad_stats_is_one_line_exit_1(tmp_path: Path, capsys, make, cause) -> None:
+    source, out = make(tmp_path), tmp_path / "p.msgpack"
+    commands = [["plan", str(source), "--mem-fraction", "0.5", "-o", str(out)]]
+    if source != GOLDEN_PROFILE:  # sweep takes a profile too
+        commands.append(["sweep", str(source), "--fractions", "0.5"])
+    for argv in commands:
+        code = run_guarded(lambda argv=argv: app(argv, prog_name="ftc"), False)
+        err = capsys.readouterr().err.strip()
+        assert code == 1 and len(err.splitlines()) == 1, (argv, err)
+        assert err.startswith("ftc: invalid stats: ") and cause in err, (argv, err)
+        assert not out.exists()

@@ -114,6 +114,12 @@ def _budget(stats: Stats, config: PlanConfig) -> int | None:
     if config.budget_bytes is not None:
         if config.budget_bytes <= 0:
             raise ConfigError(f"budget must be positive, got {config.budget_bytes} bytes")
+        memory = stats.device.memory_bytes
+        if config.budget_bytes > memory and stats.device.kind != "emulated":
+            raise ConfigError(
+                f"budget of {config.budget_bytes} bytes is larger than {stats.device.name}'s "
+                f"{memory} bytes of memory; pass --budget {memory} or less, or --mem-fraction"
+            )
         return config.budget_bytes
     if config.mem_fraction is not None:
         if not 0.0 < config.mem_fraction <= 1.0:

@@ -289,7 +289,9 @@ def load(path: str | os.PathLike[str]) -> Profile:
     except FileNotFoundError:
         raise ProfileFormatError(f"{p}: no such file; compile one with `ftc profile`") from None
     except IsADirectoryError:
-        raise ProfileFormatError(f"{p}: is a folder, not a profile file") from None
+        raise ProfileFormatError(
+            f"{p}: is a folder, not a profile file; pass the .msgpack file `ftc profile` wrote"
+        ) from None
     except PermissionError:
         raise ProfileFormatError(f"{p}: permission denied; check the file's mode") from None
     try:

@@ -87,3 +87,20 @@ def test_bad_stats_is_one_line_exit_1(tmp_path: Path, capsys, make, cause) -> No
         assert code == 1 and len(err.splitlines()) == 1, (argv, err)
         assert err.startswith("ftc: invalid stats: ") and cause in err, (argv, err)
         assert not out.exists()
+
+
+def test_a_budget_larger_than_a_real_device_is_refused() -> None:
+    from dataclasses import replace
+
+    from flextensor_compile.planning import plan_profile
+    from flextensor_compile.stats import load_stats
+    from flextensor_runtime.errors import ConfigError
+    from flextensor_runtime.profile import PlanConfig
+
+    stats = load_stats(GOLDEN_STATS)
+    real = replace(stats, device=replace(stats.device, kind="target", name="l4"))
+    too_big = real.device.memory_bytes + 1
+    with pytest.raises(ConfigError, match=f"pass --budget {real.device.memory_bytes} or less"):
+        plan_profile(real, PlanConfig(budget_bytes=too_big))
+    # an emulated device (no GPU, no --target) only stands in for one: any budget is accepted
+    assert plan_profile(stats, PlanConfig(budget_bytes=too_big)).config.budget_bytes == too_big

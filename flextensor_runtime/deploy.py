@@ -168,24 +168,8 @@ def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> N
     h.cache = install_cache(model, cache) if cache is not None else None
 
 
-def offload_from_profile(
-    model: nn.Module,
-    path: str | os.PathLike[str] | Profile,
-    *,
-    device: torch.device | str | None = None,
-    strict: bool = True,
-    checkpoint: str | os.PathLike[str] | None = None,
-    backend: DeviceBackend | None = None,
-    log_events: bool = True,
-) -> nn.Module:
-    """Install the offload profile at `path` on `model` and return the same model.
-
-    No discovery, profiling or warm-up: the first forward runs the planned schedule. `strict`
-    rejects model tensors the profile does not list (False leaves them where they are).
-    `checkpoint` (a .safetensors file or sharded index) fills weights, e.g. of a model built on
-    the meta device, straight into their final place. `backend` overrides `device`. On any error
-    the model is left unchanged.
-    """
+def _checked_arguments(model: Any, path: Any) -> Profile:
+    """The validated profile, after checking that `model` can take one."""
     if not isinstance(model, nn.Module):
         raise ConfigError(
             f"offload_from_profile needs a torch.nn.Module, got {type(model).__name__}; pass the "
@@ -204,6 +188,28 @@ def offload_from_profile(
     profile = path if isinstance(path, Profile) else load_profile(path)
     if isinstance(path, Profile):
         profile_format.check_profile(profile)
+    return profile
+
+
+def offload_from_profile(
+    model: nn.Module,
+    path: str | os.PathLike[str] | Profile,
+    *,
+    device: torch.device | str | None = None,
+    strict: bool = True,
+    checkpoint: str | os.PathLike[str] | None = None,
+    backend: DeviceBackend | None = None,
+    log_events: bool = True,
+) -> nn.Module:
+    """Install the offload profile at `path` on `model` and return the same model.
+
+    No discovery, profiling or warm-up: the first forward runs the planned schedule. `strict`
+    rejects model tensors the profile does not list (False leaves them where they are).
+    `checkpoint` (a .safetensors file or sharded index) fills weights, e.g. of a model built on
+    the meta device, straight into their final place. `backend` overrides `device`. On any error
+    the model is left unchanged.
+    """
+    profile = _checked_arguments(model, path)
     binding = bind_profile(profile, model, strict=strict)
     be = backend if backend is not None else select_backend(device, profile.config.pinned_memory)
     _check_budget(profile, binding, be)

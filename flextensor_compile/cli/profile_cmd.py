@@ -144,7 +144,14 @@ def profile(
     checkpoint: str = typer.Option(None, "--checkpoint", help="With --vram: the safetensors file (or index.json) the disk tier reads."),
 ) -> None:  # fmt: skip
     """Compile an offload profile: discover (one forward), measure, solve, write."""
-    opts = dict(locals())
+    _run(dict(locals()))
+
+
+def _run(opts: dict[str, Any]) -> None:
+    """Check outputs and sections first, then discover, measure, solve and write."""
+    model, inputs, output = opts["model"], opts["inputs"], opts["output"]
+    save_stats, instrument = opts["save_stats"], opts["instrument"]
+    quiet, as_json = opts["quiet"], opts["as_json"]
     config = _config(opts)
     from flextensor_compile.cli.paths import check_output_dir, check_output_file
 

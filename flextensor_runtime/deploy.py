@@ -133,8 +133,9 @@ def _check_budget(profile: Profile, binding: Binding, backend: DeviceBackend) ->
     if need > free + already:
         raise BudgetError(
             f"the plan's peak of {need} bytes does not fit {backend.device}: {free} bytes free "
-            f"now (+{already} already held by the model); free device memory or recompile with "
-            f"--budget {free + already}"
+            f"now (+{already} already held by the model); free device memory, or recompile with "
+            f"--budget {free + already} (ftc names the smallest budget that fits if that is too "
+            "small)"
         )
 
 

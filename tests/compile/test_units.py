@@ -28,3 +28,15 @@ def test_sizes_and_rates_parse() -> None:
 def test_bad_budgets_say_what_to_write(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_size(text, "--budget")
+
+
+def test_petabyte_units_parse_and_the_limit_is_named() -> None:
+    import pytest
+
+    from flextensor_compile.units import parse_size
+    from flextensor_runtime.errors import ConfigError
+
+    assert parse_size("1PiB") == 2**50
+    assert parse_size("0.5PB") == 5 * 10**14
+    with pytest.raises(ConfigError, match="out of range; give a positive size up to 1 PiB"):
+        parse_size("2PiB")

@@ -9,7 +9,8 @@ Must not know: what the wrappers do inside, profile files.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from torch import nn
 from flextensor_runtime.errors import ConfigError, VramManagementError
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.module import AutoWrappedNonRecurseModule
+from flextensor_runtime.vram.placement import resolve_stages
 from flextensor_runtime.vram.tensor_slots import managed_parameters
 
 __all__ = [
@@ -40,7 +42,29 @@ def _check_config(config: Mapping[str, Any], what: str) -> dict[str, Any]:
     unknown = sorted(set(config) - set(VRAM_CONFIG_KEYS))
     if unknown:
         raise ConfigError(f"unknown {what} key(s) {unknown}: use {list(VRAM_CONFIG_KEYS)}")
+    resolve_stages(**config)  # bad devices and dtypes fail here, before any module is wrapped
     return dict(config)
+
+
+@contextmanager
+def _unchanged_on_error(model: nn.Module) -> Iterator[None]:
+    """Put back every child module, parameter and buffer of `model` if the body raises."""
+    modules = list(model.modules())
+    saved = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in modules]
+    datas = [(p, p.data) for m in modules for p in m._parameters.values() if p is not None]
+    try:
+        yield
+    except BaseException:
+        for module, children, params, buffers in saved:
+            module._modules.clear()
+            module._modules.update(children)
+            module._parameters.clear()
+            module._parameters.update(params)
+            module._buffers.clear()
+            module._buffers.update(buffers)
+        for param, data in datas:
+            param.data = data
+        raise
 
 
 def _check_module_map(module_map: Mapping[Any, Any]) -> None:
@@ -179,7 +203,8 @@ def enable_vram_management_recursively(
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
-    return _wrap_children(model, plan, name_prefix, total_num_param, {})
+    with _unchanged_on_error(model):
+        return _wrap_children(model, plan, name_prefix, total_num_param, {})
 
 
 def enable_vram_management(
@@ -209,16 +234,22 @@ def enable_vram_management(
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
-    wrapper = _match(model, module_map)
+    with _unchanged_on_error(model):
+        model = _install(model, plan)
+    model.vram_management_enabled = True  # type: ignore[assignment]
+    return model
+
+
+def _install(model: nn.Module, plan: _WrapPlan) -> nn.Module:
+    wrapper = _match(model, plan.module_map)
     if wrapper is not None:
         root_plan = _WrapPlan(
-            module_map, fill_vram_config(model, plan.vram_config), None, None, vram_limit,
-            disk_map, plan.options, plan.config_for,
+            plan.module_map, fill_vram_config(model, plan.vram_config), None, None,
+            plan.vram_limit, plan.disk_map, plan.options, plan.config_for,
         )  # fmt: skip
         model, _ = root_plan.wrap(model, wrapper, "", 0)
         if isinstance(model, AutoWrappedNonRecurseModule):
             _wrap_children(model.module, plan, "", 0, {})
     else:
         _wrap_children(model, plan, "", 0, {})
-    model.vram_management_enabled = True  # type: ignore[assignment]
     return model

@@ -75,6 +75,14 @@ def _device_name(device: DeviceLike | None) -> str | None:
     return str(resolved)
 
 
+def _dtype(dtype: object, key: str) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    raise ConfigError(
+        f"invalid {key} {dtype!r}: pass a torch.dtype such as torch.bfloat16, or None"
+    )
+
+
 def resolve_stages(
     offload_dtype: torch.dtype | None = None,
     offload_device: DeviceLike | None = None,
@@ -86,6 +94,11 @@ def resolve_stages(
     computation_device: DeviceLike | None = None,
 ) -> StagePlacements:
     """Build the four placements; an omitted dtype or device defaults to the computation one."""
+    for key, value in (
+        ("offload_dtype", offload_dtype), ("onload_dtype", onload_dtype),
+        ("preparing_dtype", preparing_dtype), ("computation_dtype", computation_dtype),
+    ):  # fmt: skip
+        _dtype(value, key)
     comp_device = _device_name(computation_device) or "cpu"
     if comp_device == DISK:
         raise ConfigError("computation_device='disk' is invalid: compute needs a real device")

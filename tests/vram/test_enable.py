@@ -160,3 +160,27 @@ def test_root_non_recurse_wrapper_wraps_children_separately(tiny_net) -> None:
             param.data = param.data.half().float()
     assert torch.equal(model(x), rounded(x))
     assert not torch.equal(model(x), expected)
+
+
+def test_bad_dtype_is_a_config_error_and_model_unchanged(tiny_net) -> None:
+    children = list(tiny_net.children())
+    for bad in ("float16", 3):
+        with pytest.raises(ConfigError, match=f"invalid offload_dtype {bad!r}"):
+            enable_vram_management(tiny_net, {nn.Linear: AutoWrappedLinear}, {"offload_dtype": bad})
+    assert list(tiny_net.children()) == children
+    assert not hasattr(tiny_net, "vram_management_enabled")
+
+
+def test_failure_after_first_wrap_leaves_model_unchanged() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    children, weight = list(model.children()), model[0].weight
+    with pytest.raises(ConfigError, match="invalid device 'bogus'"):
+        enable_vram_management(
+            model, {nn.Linear: AutoWrappedLinear}, CPU32,
+            vram_config_for=lambda name, keys: {"offload_device": "bogus"} if name == "1" else None,
+        )  # fmt: skip
+    assert list(model.children()) == children and model[0].weight is weight
+    assert not hasattr(model, "vram_management_enabled")
+    assert isinstance(
+        enable_vram_management(model, {nn.Linear: AutoWrappedLinear}, CPU32)[0], AutoWrappedLinear
+    )

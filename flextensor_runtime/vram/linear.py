@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.fp8 import fp8_matmul, is_float8
 from flextensor_runtime.vram.lora import LoraAdapter, LoraMerger, apply_loras, check_adapter
@@ -48,6 +49,11 @@ class AutoWrappedLinear(AutoTorchModule):
         disk_map: Any = None,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(module, nn.Linear):
+            raise ConfigError(
+                f"AutoWrappedLinear wraps an nn.Linear, got {type(module).__name__}: map this "
+                "class to AutoWrappedModule in module_map"
+            )
         check_options(kwargs)
         super().__init__(
             offload_dtype, offload_device, onload_dtype, onload_device,

@@ -54,6 +54,11 @@ class AutoWrappedModule(AutoTorchModule):
         disk_map: Any = None,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(module, nn.Module):
+            raise ConfigError(
+                f"{type(self).__name__} wraps an nn.Module, got {type(module).__name__}: pass "
+                "the module to manage"
+            )
         check_options(kwargs)
         if is_float8(computation_dtype):
             raise ConfigError(

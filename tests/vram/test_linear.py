@@ -271,3 +271,9 @@ def test_cuda_offload_promotion_and_fp8(linear) -> None:
     )  # fmt: skip
     out = fp8(x)
     assert (out - expected).abs().max() <= 0.1 * expected.abs().max()
+
+
+@pytest.mark.parametrize("module", [nn.ReLU(), nn.Conv1d(2, 2, 1), None])
+def test_non_linear_module_is_a_config_error(module) -> None:
+    with pytest.raises(ConfigError, match=rf"wraps an nn\.Linear, got {type(module).__name__}"):
+        AutoWrappedLinear(module)

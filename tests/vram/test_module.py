@@ -199,3 +199,9 @@ def test_default_memory_reader_reads_zero_on_cpu() -> None:
     from flextensor_runtime.vram.placement import TorchMemoryReader
 
     assert TorchMemoryReader().used_bytes(torch.device("cpu")) == 0
+
+
+def test_non_module_is_a_config_error() -> None:
+    for wrapper in (AutoWrappedModule, AutoWrappedNonRecurseModule):
+        with pytest.raises(ConfigError, match=r"wraps an nn\.Module, got NoneType"):
+            wrapper(None)

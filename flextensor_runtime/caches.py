@@ -42,7 +42,8 @@ def _check_float(name: str, value: object, minimum: float, *, strict: bool = Fal
     bad = isinstance(value, bool) or not isinstance(value, (int, float))
     if bad or value != value or (value <= minimum if strict else value < minimum):  # type: ignore[operator]
         relation = ">" if strict else ">="
-        raise ConfigError(f"{name}={value!r} is invalid; pass a number {relation} {minimum}")
+        wanted = "a number" if minimum == float("-inf") else f"a number {relation} {minimum}"
+        raise ConfigError(f"{name}={value!r} is invalid; pass {wanted}")
     return float(value)  # type: ignore[arg-type]
 
 
@@ -154,7 +155,8 @@ class AdaptiveResidualCache:
         subsample: int = 1,
         eps: float = 1e-06,
     ) -> None:
-        self.threshold = _check_float("threshold", threshold, 0.0)
+        # threshold=0 would make every step dense: a cache that never hits
+        self.threshold = _check_float("threshold", threshold, 0.0, strict=True)
         check_count("warmup_steps", warmup_steps, 0)
         check_count("max_consecutive_hits", max_consecutive_hits, 0)
         check_count("dense_last", dense_last, 0)

@@ -132,7 +132,7 @@ def test_device_signal_costs_one_sync_per_decided_step() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"threshold": -0.1}, {"threshold": 0.1, "eps": 0.0}, {"threshold": 0.1, "subsample": 0},
+    [{"threshold": -0.1}, {"threshold": 0}, {"threshold": 0.1, "eps": 0.0}, {"threshold": 0.1, "subsample": 0},
      {"threshold": 0.1, "max_consecutive_hits": -1}, {"threshold": True}],
 )  # fmt: skip
 def test_bad_options_raise_config_error(kwargs: dict) -> None:

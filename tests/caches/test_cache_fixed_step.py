@@ -172,3 +172,8 @@ def test_repeated_dense_step_replaces_its_output_before_extrapolating() -> None:
         out = cache.run(3, lambda: torch.tensor([99.0]))
     # extrapolates from (1, 1.0) and the latest (2, 2.0): 2 + 1 * (2 - 1) = 3
     torch.testing.assert_close(out, torch.tensor([3.0]))
+
+
+def test_nan_delta_scale_message_asks_for_a_number() -> None:
+    with pytest.raises(ConfigError, match=r"delta_scale=nan is invalid; pass a number$"):
+        FixedStepCache(delta_scale=float("nan"))

@@ -54,6 +54,19 @@ class TokenPruneState:
     full_length: int
     seq_dim: int
 
+    def __post_init__(self) -> None:
+        seg_len = self.end - self.start
+        ok = isinstance(self.indices, torch.Tensor) and self.indices.dim() == 1
+        ok = ok and 0 <= self.start < self.end <= self.full_length and self.seq_dim >= 0
+        if ok and self.indices.numel() and self.indices.device.type == "cpu":  # no host sync
+            ok = int(self.indices.min()) >= 0 and int(self.indices.max()) < seg_len
+        if not ok or self.indices.numel() > seg_len:
+            raise TokenPruneError(
+                f"TokenPruneState(start={self.start}, end={self.end}, full_length="
+                f"{self.full_length}, seq_dim={self.seq_dim}) with indices {_describe(self.indices)}"
+                " is inconsistent; pass the state prune_tokens returned"
+            )
+
     @property
     def count(self) -> int:
         """Number of retained tokens; used to slice the compacted sequence."""
@@ -63,6 +76,12 @@ class TokenPruneState:
     def compact_length(self) -> int:
         """Sequence length of the compacted tensor: tokens outside the segment plus kept ones."""
         return self.full_length - (self.end - self.start) + self.count
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"of shape {tuple(value.shape)}" if value.numel() > 8 else repr(value.tolist())
+    return f"of type {type(value).__name__}"
 
 
 def parse_score_method(method: TokenScoreMethod | str) -> TokenScoreMethod:
@@ -82,6 +101,10 @@ def kept_count(length: int, keep_ratio: float) -> int:
 
 
 def _seq_dim(tensor: torch.Tensor, seq_dim: int) -> int:
+    if not isinstance(tensor, torch.Tensor):
+        raise ConfigError(
+            f"hidden_states must be a torch.Tensor, got {type(tensor).__name__}; pass the tokens"
+        )
     if not -tensor.dim() <= seq_dim < tensor.dim():
         raise ConfigError(
             f"seq_dim={seq_dim} is out of range for a tensor of shape {tuple(tensor.shape)}; "
@@ -110,6 +133,11 @@ def select_token_indices(
     kind = parse_score_method(method)
     dim = _seq_dim(hidden_states, seq_dim)
     length = hidden_states.shape[dim]
+    if length == 0:
+        raise ConfigError(
+            f"hidden_states of shape {tuple(hidden_states.shape)} has no tokens on dim {dim}; "
+            "pass at least one token (or skip pruning for an empty sequence)"
+        )
     k = kept_count(length, keep_ratio)
     device = hidden_states.device
     if k == length:
@@ -203,6 +231,11 @@ def restore_tokens(
     `compensation` is the previous full sequence (or only its segment) in the original tensor
     layout; without it, dropped tokens are zero-filled. Differentiable in `processed`.
     """
+    if not isinstance(state, TokenPruneState):
+        raise TokenPruneError(
+            f"restore_tokens got state {_describe(state)}; pass the TokenPruneState that "
+            "prune_tokens returned"
+        )
     dim = state.seq_dim
     if processed.dim() <= dim or processed.shape[dim] != state.compact_length:
         raise TokenPruneError(

@@ -12,7 +12,7 @@ from collections.abc import Hashable
 
 import torch
 
-from flextensor_runtime.errors import TokenPruneError
+from flextensor_runtime.errors import ConfigError, TokenPruneError
 from flextensor_runtime.token_select import (
     TokenPruneState,
     TokenScoreMethod,
@@ -54,7 +54,7 @@ class TokenPruner:
         self._velocity: dict[Hashable, torch.Tensor] = {}
         self._input: dict[Hashable, torch.Tensor] = {}  # method "velocity" only
         self._shape: dict[Hashable, torch.Size] = {}
-        self._pending: set[Hashable] = set()
+        self._pending: dict[Hashable, TokenPruneState | None] = {}  # key -> state prune returned
 
     def prune(
         self,
@@ -71,7 +71,17 @@ class TokenPruner:
                 f"TokenPruner.prune(key={key!r}) called again before restore(); pair every "
                 f"prune with restore(processed, state, key={key!r})"
             )
-        self._pending.add(k)
+        compact, state = self._prune(k, hidden_states, seq_dim, start, end)
+        self._pending[k] = state
+        return compact, state
+
+    def _prune(
+        self, k: Hashable, hidden_states: torch.Tensor, seq_dim: int, start: int, end: int | None
+    ) -> tuple[torch.Tensor, TokenPruneState | None]:
+        if not isinstance(hidden_states, torch.Tensor):
+            raise ConfigError(
+                f"TokenPruner.prune got {type(hidden_states).__name__}; pass a torch.Tensor"
+            )
         previous_shape = self._shape.get(k)
         self._shape[k] = hidden_states.shape
         if self.method is TokenScoreMethod.VELOCITY:
@@ -84,7 +94,7 @@ class TokenPruner:
             velocity = self._velocity.get(k)
             if velocity is None:
                 raise TokenPruneError(
-                    f"TokenPruner(method='velocity') key={key!r}: the pruned blocks change the "
+                    f"TokenPruner(method='velocity') key={k!r}: the pruned blocks change the "
                     "tensor shape, so no velocity exists; use method 'feat_norm' or 'random'"
                 )
         return prune_tokens(
@@ -101,7 +111,12 @@ class TokenPruner:
                 f"TokenPruner.restore(key={key!r}) has no pending prune; call "
                 f"prune(hidden_states, key={key!r}) first and pass its state here"
             )
-        self._pending.discard(k)
+        if state is not self._pending[k]:
+            raise TokenPruneError(
+                f"TokenPruner.restore(key={key!r}) got state {state!r:.60}, not the one "
+                f"prune(key={key!r}) returned; pass that state unchanged"
+            )
+        del self._pending[k]
         if state is None:
             full = processed
         else:
@@ -126,7 +141,7 @@ class TokenPruner:
         self._drop(k)
         self._shape.pop(k, None)
         self._input.pop(k, None)
-        self._pending.discard(k)
+        self._pending.pop(k, None)
 
     def _drop(self, k: Hashable) -> None:
         self._compensation.pop(k, None)

@@ -195,3 +195,37 @@ def test_token_pruner_validates_options() -> None:
         TokenPruner(0.0)
     with pytest.raises(ConfigError, match="unknown"):
         TokenPruner(0.5, method="bogus")
+
+
+def test_empty_sequence_and_non_tensor_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="has no tokens on dim 1"):
+        select_token_indices(torch.randn(2, 0, 4), 0.5)
+    with pytest.raises(ConfigError, match=r"must be a torch\.Tensor, got list"):
+        select_token_indices([[1.0, 2.0]], 0.5)  # type: ignore[arg-type]
+
+
+def test_restore_rejects_a_missing_or_inconsistent_state() -> None:
+    compact, _ = prune_tokens(torch.randn(2, 8, 4), 0.5)
+    with pytest.raises(TokenPruneError, match="got state of type NoneType"):
+        restore_tokens(compact, None)  # type: ignore[arg-type]
+    for indices, start, end in (([0, 7, 9], 0, 8), ([0, 1], 5, 3), ([0, 1, 2], 0, 2)):
+        with pytest.raises(TokenPruneError, match="is inconsistent"):
+            TokenPruneState(torch.tensor(indices), start, end, 8, 1)
+
+
+def test_pruner_restore_needs_the_state_its_prune_returned() -> None:
+    pruner, hidden = TokenPruner(0.5), torch.randn(2, 8, 4)
+    pruner.restore(*pruner.prune(hidden))  # dense seed
+    compact, state = pruner.prune(hidden)
+    with pytest.raises(TokenPruneError, match="got state None, not the one"):
+        pruner.restore(compact, None)
+    assert pruner.restore(compact, state).shape == hidden.shape
+
+
+def test_pruner_failed_prune_leaves_no_pending_restore() -> None:
+    pruner, hidden = TokenPruner(0.5), torch.randn(2, 8, 4)
+    pruner.restore(*pruner.prune(hidden))
+    with pytest.raises(ConfigError, match="seq_dim=9"):
+        pruner.prune(hidden, seq_dim=9)
+    compact, state = pruner.prune(hidden)  # not "called again before restore()"
+    assert compact.shape == (2, 4, 4) and state is not None

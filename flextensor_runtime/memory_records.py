@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from flextensor_runtime.errors import ConfigError
@@ -37,9 +38,21 @@ class MemoryRecord:
             "content": self.content,
             "kind": self.kind,
             "timestamp": self.timestamp,
-            "metadata": dict(self.metadata),
+            "metadata": dict(self.metadata)
+            if isinstance(self.metadata, Mapping)
+            else self.metadata,
             "score": self.score,
         }
+
+
+_QUERY_TYPES: Mapping[str, type | tuple[type, ...]] = MappingProxyType(
+    {"kind": str, "metadata": Mapping, "since": (int, float), "until": (int, float),
+     "min_score": (int, float), "text": str}
+)  # fmt: skip
+_QUERY_WANTED: Mapping[str, str] = MappingProxyType(
+    {"kind": "a str", "metadata": "a mapping", "since": "a number", "until": "a number",
+     "min_score": "a number", "text": "a str"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,16 @@ class MemoryQuery:
         k = self.top_k
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
             raise ConfigError(f"MemoryQuery top_k={k!r} is invalid; pass an integer >= 0 or None")
+        for name, types in _QUERY_TYPES.items():
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+                raise ConfigError(
+                    f"MemoryQuery {name}={value!r} is invalid; pass {_QUERY_WANTED[name]} or None"
+                )
+
+
+def _is_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float))
 
 
 def _words(text: str) -> set[str]:
@@ -123,7 +146,8 @@ class MemoryStore:
         score: float | None = None,
     ) -> dict[str, Any]:
         """Append a new record; *timestamp* defaults to the current length."""
-        return self.add(MemoryRecord(content, kind, timestamp, dict(metadata or {}), score))
+        meta = {} if metadata is None else metadata
+        return self.add(MemoryRecord(content, kind, timestamp, meta, score))
 
     def add(self, record: Mapping[str, Any] | MemoryRecord) -> dict[str, Any]:
         """Normalise *record* to a dict, append it, and evict if over capacity."""
@@ -150,7 +174,12 @@ class MemoryStore:
 
     def query(self, query: MemoryQuery | None = None, **overrides: Any) -> list[dict[str, Any]]:
         """Rank stored records and return the top-`query.top_k` matches (see `MemoryQuery`)."""
-        q = query or MemoryQuery()
+        q = MemoryQuery() if query is None else query
+        if not isinstance(q, MemoryQuery):
+            raise ConfigError(
+                f"query of type {type(q).__name__} is invalid; pass a MemoryQuery, or its fields "
+                "as keywords, e.g. query(text='door', top_k=3)"
+            )
         try:
             q = dataclasses.replace(q, **overrides)
         except TypeError:
@@ -188,6 +217,11 @@ class MemoryStore:
             self.add(record)
 
     def _normalise(self, record: Mapping[str, Any] | MemoryRecord) -> dict[str, Any]:
+        if not isinstance(record, (Mapping, MemoryRecord)):
+            raise ConfigError(
+                f"memory record of type {type(record).__name__} is invalid; pass a mapping with "
+                "a 'content' key or a MemoryRecord"
+            )
         data = record.to_dict() if isinstance(record, MemoryRecord) else dict(record)
         if "content" not in data:
             raise ConfigError(f"memory record {sorted(data)} lacks 'content'; add a content key")
@@ -201,6 +235,11 @@ class MemoryStore:
                 f"memory record kind={data['kind']!r} metadata={data['metadata']!r} is invalid; "
                 "pass a str kind and a mapping metadata"
             )
+        for name in ("timestamp", "score"):
+            if data[name] is not None and not _is_number(data[name]):
+                raise ConfigError(
+                    f"memory record {name}={data[name]!r} is invalid; pass a number or None"
+                )
         data["metadata"] = dict(data["metadata"])
         return data
 

@@ -154,3 +154,28 @@ def test_memory_records_do_not_import_torch() -> None:
     code = "import flextensor_runtime.memory_records, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"score": "hi"}, "score='hi'"), ({"timestamp": "now"}, "timestamp='now'"),
+     ({"metadata": [1]}, "metadata=\\[1\\]")],
+)  # fmt: skip
+def test_bad_record_fields_are_rejected_before_they_break_ranking(kwargs, message) -> None:
+    store = MemoryStore()
+    store.append("a", score=0.5)
+    with pytest.raises(ConfigError, match=message):
+        store.append("b", **kwargs)
+    with pytest.raises(ConfigError, match="memory record of type int"):
+        store.add(5)  # type: ignore[arg-type]
+    assert [r["content"] for r in store.query(top_k=None)] == ["a"]
+
+
+def test_bad_query_fields_and_objects_are_config_errors() -> None:
+    store = MemoryStore(records=[{"content": "door"}])
+    with pytest.raises(ConfigError, match="text=5 is invalid"):
+        store.query(text=5)
+    with pytest.raises(ConfigError, match="metadata=\\[1\\] is invalid"):
+        MemoryQuery(metadata=[1])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="query of type str is invalid"):
+        store.query("door")  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from flextensor_runtime.errors import BackendUnavailableError, ConfigError
 __all__ = [
     "TRITON_DTYPES",
     "Backend",
+    "check_one_device",
     "resolve_allow_triton",
     "resolve_backend",
     "triton_installed",
@@ -84,13 +85,25 @@ def _check_forced(op: str, tensors: tuple[torch.Tensor, ...]) -> None:
         )
 
 
+def check_one_device(op: str, *tensors: torch.Tensor) -> None:
+    """Raise ConfigError unless every tensor is on the same device."""
+    devices = sorted({str(t.device) for t in tensors})
+    if len(devices) > 1:
+        raise ConfigError(
+            f"{op}: inputs are on different devices {devices}; move them to one device "
+            "with .to(device)"
+        )
+
+
 def resolve_backend(op: str, backend: str | None, *tensors: torch.Tensor) -> Backend:
     """Pick the backend for one call.
 
     None: Triton when installed, every tensor is on one CUDA device, every floating dtype is in
     TRITON_DTYPES and no gradient is needed, else torch.
     "torch" / "triton": forced; a forced Triton that cannot run raises BackendUnavailableError.
+    Tensors on different devices are a ConfigError whatever the backend.
     """
+    check_one_device(op, *tensors)
     if backend is None:
         usable = (
             _one_device_type(tensors) == "cuda" and not _needs_grad(tensors) and triton_installed()

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from flextensor_runtime.errors import ConfigError
-from flextensor_runtime.kernels.backend import resolve_allow_triton
+from flextensor_runtime.kernels.backend import check_one_device, resolve_allow_triton
 
 __all__ = ["MoeShape", "check_moe_args", "routed_swiglu_moe", "routed_swiglu_moe_pytorch"]
 
@@ -70,6 +70,9 @@ def check_moe_args(
             f"{op}: hidden_states and expert weights must share one floating dtype, got "
             f"{sorted(str(d) for d in dtypes)}; cast them with .to(dtype)"
         )
+    check_one_device(
+        op, hidden_states, routing_weights, selected_experts, gate_weight, up_weight, down_weight
+    )
     n_t = hidden_states.shape[:-1].numel()
     if routing_weights.dim() != 2 or routing_weights.shape[0] != n_t:
         raise ConfigError(

@@ -99,3 +99,18 @@ def test_float64_stays_on_the_reference(kernel_device: torch.device) -> None:
     assert resolve_backend("op", None, x) == "torch"
     with pytest.raises(BackendUnavailableError, match=r"support float32, bfloat16 and float16"):
         residual_gate_add(x, x, x, backend="triton")
+
+
+def test_inputs_on_different_devices_are_a_config_error() -> None:
+    x, cond = torch.randn(2, 3, 8), torch.randn(2, 8)
+    meta = torch.randn(2, 8, device="meta")
+    with pytest.raises(ConfigError, match=r"different devices \['cpu', 'meta'\]"):
+        layer_norm_scale_shift(x, meta, cond)
+    with pytest.raises(ConfigError, match=r"different devices \['cpu', 'meta'\]"):
+        residual_gate_add(x, x, meta)
+    experts = torch.randn(4, 6, 8)
+    with pytest.raises(ConfigError, match=r"different devices \['cpu', 'meta'\]"):
+        routed_swiglu_moe(
+            torch.randn(5, 8), torch.rand(5, 2), torch.zeros(5, 2, dtype=torch.long),
+            experts.to("meta"), experts, torch.randn(4, 8, 6), allow_triton=False,
+        )  # fmt: skip

@@ -192,6 +192,19 @@ def _checked_arguments(model: Any, path: Any) -> Profile:
     return profile
 
 
+def _check_options(strict: object, log_events: object, backend: object) -> None:
+    for name, value in (("strict", strict), ("log_events", log_events)):
+        if not isinstance(value, bool):
+            raise ConfigError(
+                f"offload_from_profile {name}={value!r} is invalid; pass True or False"
+            )
+    if backend is not None and not isinstance(backend, DeviceBackend):
+        raise ConfigError(
+            f"offload_from_profile backend={backend!r} is invalid; pass a DeviceBackend such as "
+            "CpuBackend() or CudaBackend(device), or use device= instead"
+        )
+
+
 def offload_from_profile(
     model: nn.Module,
     path: str | os.PathLike[str] | Profile,
@@ -210,6 +223,7 @@ def offload_from_profile(
     the meta device, straight into their final place. `backend` overrides `device`. On any error
     the model is left unchanged.
     """
+    _check_options(strict, log_events, backend)
     profile = _checked_arguments(model, path)
     binding = bind_profile(profile, model, strict=strict)
     be = backend if backend is not None else select_backend(device, profile.config.pinned_memory)

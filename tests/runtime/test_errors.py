@@ -172,3 +172,16 @@ def test_bad_device_path_and_handle_arguments_are_config_errors() -> None:
     with pytest.raises(ConfigError, match=r"str has no offload profile installed"):
         handle("model")  # type: ignore[arg-type]
     assert_same(model, before)
+
+
+def test_non_bool_flags_and_a_non_backend_are_config_errors() -> None:
+    model = tiny_lm()
+    before = snapshot(model)
+    for kwargs in ({"strict": "no"}, {"log_events": 1}):
+        with pytest.raises(ConfigError, match=r"=.* is invalid; pass True or False"):
+            offload_from_profile(model, _profile(), backend=CpuBackend(), **kwargs)
+    with pytest.raises(ConfigError, match=r"backend='cpu' is invalid; pass a DeviceBackend"):
+        offload_from_profile(model, _profile(), backend="cpu")  # type: ignore[arg-type]
+    assert_same(model, before)
+    with pytest.raises(ConfigError, match=r"no offload profile installed"):
+        handle(model)

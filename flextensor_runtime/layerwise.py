@@ -132,7 +132,17 @@ def _layer_list(container: nn.Module) -> list[nn.Module]:
 
 
 def _find_layers(model: nn.Module, layer_container: str | None) -> list[nn.Module] | None:
+    """The layer stack; a bad `model` or `layer_container` is a ConfigError (nothing changes)."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"layer-wise offload needs a torch.nn.Module, got {type(model).__name__}; pass the model"
+        )
     if layer_container is not None:
+        if not isinstance(layer_container, str):
+            raise ConfigError(
+                f"layer_container={layer_container!r} is invalid; pass the dotted path of the "
+                "layer list as a str, e.g. 'model.layers'"
+            )
         try:
             container = model.get_submodule(layer_container)
         except AttributeError as exc:
@@ -144,6 +154,11 @@ def _find_layers(model: nn.Module, layer_container: str | None) -> list[nn.Modul
             raise ConfigError(
                 f"layer_container {layer_container!r} is a {type(container).__name__}: "
                 "name a ModuleList or Sequential of layers"
+            )
+        if not _layer_list(container):
+            raise ConfigError(
+                f"layer_container {layer_container!r} is an empty {type(container).__name__}: "
+                "name the list that holds the layers"
             )
         return _layer_list(container)
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
@@ -192,10 +207,10 @@ def enable_layerwise_offload_on(
     reuse_buffers: bool = False,
 ) -> LayerwiseOffloadHandle:
     """Install layer-wise offload using `backend` for copies (any device; see module doc)."""
+    layers = _find_layers(model, layer_container)
     existing = model.__dict__.get(_HANDLE_ATTR)
     if existing is not None:
         return LayerwiseOffloadHandle(True, existing.layer_count, reason="already enabled")
-    layers = _find_layers(model, layer_container)
     if layers is None:
         return LayerwiseOffloadHandle(
             False, 0, reason="no ModuleList found: pass layer_container= naming the layer stack"
@@ -229,11 +244,17 @@ def enable_layerwise_cpu_offload(
     on a side stream while the current one runs. Returns a disabled handle (with a reason) on
     machines without CUDA or for a non-CUDA `device`.
     """
+    _find_layers(model, layer_container)  # a bad argument fails on any machine
+    try:
+        target = torch.device(device) if device is not None else torch.device("cuda")
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(
+            f"device={device!r} is not a torch device; pass 'cuda', 'cuda:N' or None"
+        ) from exc
     if not torch.cuda.is_available():
         return LayerwiseOffloadHandle(
             False, 0, reason="CUDA is not available: layer-wise CPU offload needs a CUDA device"
         )
-    target = torch.device(device) if device is not None else torch.device("cuda")
     if target.type != "cuda":
         return LayerwiseOffloadHandle(
             False, 0, reason=f"device {target} is not a CUDA device: pass device='cuda'"

@@ -222,3 +222,21 @@ def test_failing_layer_still_restores_masters(stack) -> None:
     with pytest.raises(RuntimeError):
         stack.layers[0](torch.randn(1, 5))  # wrong width
     assert stack.layers[0].lin.weight is master
+
+
+def test_bad_arguments_are_config_errors_even_without_cuda() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers, self.lin = nn.ModuleList(), nn.Linear(2, 2)
+
+    for container, message in (
+        ("nope", "is not a submodule"), ("lin", "is a Linear"), ("layers", "is an empty ModuleList"),
+        (3, "layer_container=3 is invalid"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            enable_layerwise_cpu_offload(Net(), layer_container=container)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="device='gpux' is not a torch device"):
+        enable_layerwise_cpu_offload(Net(), device="gpux")
+    with pytest.raises(ConfigError, match=r"needs a torch\.nn\.Module, got NoneType"):
+        enable_layerwise_offload_on(None, ThreadCopyBackend())  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from typing import Any, Union
 import torch
 from safetensors import safe_open
 
-from flextensor_runtime.errors import DiskMapError
+from flextensor_runtime.errors import ConfigError, DiskMapError
 
 __all__ = ["DiskMap"]
 
@@ -36,13 +36,25 @@ def _index_files(index: Path) -> dict[str, Path]:
             f"cannot read the weight_map of {index}: ({exc}); pass a valid "
             "model.safetensors.index.json"
         ) from exc
-    return {name: index.parent / shard for name, shard in weight_map.items()}
+    files = {name: index.parent / shard for name, shard in weight_map.items()}
+    missing = sorted({str(f) for f in files.values() if not f.is_file()})
+    if missing:
+        raise DiskMapError(
+            f"{index} names {len(missing)} missing shard(s), e.g. {missing[0]}: restore the "
+            "files or pass the index of a complete checkpoint"
+        )
+    return files
 
 
 def _checkpoint_files(path: PathLike | Sequence[PathLike]) -> list[Path]:
     if isinstance(path, (list, tuple)):
         return [f for p in path for f in _checkpoint_files(p)]
-    p = Path(path)  # type: ignore[arg-type]
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(
+            f"DiskMap path {path!r} of type {type(path).__name__} is invalid; pass a str or "
+            "Path (or a list of them) naming a checkpoint file or folder"
+        )
+    p = Path(path)
     if p.is_dir():
         for candidate in ("model.safetensors.index.json", "model.safetensors"):
             if (p / candidate).is_file():
@@ -76,7 +88,12 @@ class DiskMap(Mapping[str, torch.Tensor]):
         buffer_size: int = 10**9,
     ) -> None:
         self.path = path
-        self.device = torch.device(device)
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ConfigError(
+                f"DiskMap device {device!r} is not a torch device; pass 'cpu' or 'cuda'"
+            ) from exc
         self.torch_dtype = torch_dtype
         self.buffer_size = int(buffer_size)
         self.materialized_elements = 0

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from flextensor_runtime import AutoWrappedLinear, AutoWrappedModule, DiskMap, enable_vram_management
-from flextensor_runtime.errors import DiskMapError
+from flextensor_runtime.errors import ConfigError, DiskMapError
 
 TENSORS = {
     "a.weight": torch.arange(12, dtype=torch.float32).reshape(3, 4),
@@ -165,3 +165,14 @@ def test_meta_model_on_the_host_tier_loads_from_disk_once(tiny_net, tiny_checkpo
     x = torch.randn(2, 8)
     assert torch.equal(wrapped(x), tiny_net(x))
     assert disk_map.materialized_elements == read  # the host tier does not touch the disk again
+
+
+def test_missing_shard_bad_path_and_bad_device_fail_at_construction(single, tmp_path) -> None:
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a.weight": "gone.safetensors"}}))
+    with pytest.raises(DiskMapError, match=r"names 1 missing shard\(s\), e\.g\. .*gone"):
+        DiskMap(index, "cpu")
+    with pytest.raises(ConfigError, match="DiskMap path 3 of type int is invalid"):
+        DiskMap(3, "cpu")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="DiskMap device 'gpux' is not a torch device"):
+        DiskMap(single, "gpux")

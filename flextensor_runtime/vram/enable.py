@@ -68,6 +68,11 @@ def _unchanged_on_error(model: nn.Module) -> Iterator[None]:
 
 
 def _check_module_map(module_map: Mapping[Any, Any]) -> None:
+    if not isinstance(module_map, Mapping) or not module_map:
+        raise ConfigError(
+            f"module_map={module_map!r} is invalid: pass a non-empty dict mapping nn.Module "
+            "classes to wrapper classes, e.g. {nn.Linear: AutoWrappedLinear}"
+        )
     for source, wrapper in module_map.items():
         ok = isinstance(source, type) and issubclass(source, nn.Module)
         if not ok or not (isinstance(wrapper, type) and issubclass(wrapper, AutoTorchModule)):

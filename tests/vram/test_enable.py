@@ -184,3 +184,11 @@ def test_failure_after_first_wrap_leaves_model_unchanged() -> None:
     assert isinstance(
         enable_vram_management(model, {nn.Linear: AutoWrappedLinear}, CPU32)[0], AutoWrappedLinear
     )
+
+
+@pytest.mark.parametrize("module_map", [{}, [(nn.Linear, AutoWrappedLinear)]])
+def test_empty_or_non_dict_module_map_is_a_config_error(tiny_net, module_map) -> None:
+    with pytest.raises(ConfigError, match="pass a non-empty dict mapping"):
+        enable_vram_management(tiny_net, module_map, CPU32)
+    assert not hasattr(tiny_net, "vram_management_enabled")  # a later real call still works
+    enable_vram_management(tiny_net, {nn.Linear: AutoWrappedLinear}, CPU32)

@@ -31,7 +31,7 @@ from flextensor_runtime.cache_steps import (
     detach_tree,
     extrapolate_tree,
 )
-from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.errors import CacheUsageError, ConfigError
 
 __all__ = ["AdaptiveResidualCache", "CacheEvent", "FixedStepCache"]
 
@@ -99,6 +99,11 @@ class FixedStepCache:
 
     def run(self, step: int, compute: Callable[[], T], total_steps: int | None = None) -> T:
         """Compute or replay one step's output; appends one event to `events`."""
+        if not callable(compute):
+            raise CacheUsageError(
+                f"FixedStepCache.run got compute of type {type(compute).__name__}; pass a "
+                "zero-argument callable that computes the output"
+            )
         listed = isinstance(step, int) and step in self.skip_steps
         needs_total = self.dense_last if listed else 0
         total = self._log.begin(step, total_steps, needs_total)
@@ -203,6 +208,12 @@ class AdaptiveResidualCache:
         total_steps: int | None = None,
     ) -> torch.Tensor:
         """Return a dense or cached residual for one denoising step; appends one event."""
+        if not callable(compute_residual) or not isinstance(signal, (torch.Tensor, int, float)):
+            raise CacheUsageError(
+                f"AdaptiveResidualCache.run got signal of type {type(signal).__name__} and "
+                f"compute_residual of type {type(compute_residual).__name__}; pass a tensor "
+                "signal and a zero-argument callable returning the residual tensor"
+            )
         total = self._log.begin(step, total_steps, self.dense_last)
         current = torch.as_tensor(signal).detach().reshape(-1)[:: self.subsample].clone()
         previous, self._signal = self._signal, current
@@ -216,6 +227,11 @@ class AdaptiveResidualCache:
             self._log.add(step, True, "below-threshold", accumulated)
             return self._residual
         residual = compute_residual()
+        if not isinstance(residual, torch.Tensor):
+            raise CacheUsageError(
+                f"AdaptiveResidualCache compute_residual returned {type(residual).__name__}; "
+                "return the residual as a tensor (e.g. block_out - block_in)"
+            )
         self._residual = residual.detach()
         self._accumulated = 0.0
         self._consecutive_hits = 0
@@ -240,7 +256,7 @@ class AdaptiveResidualCache:
         if previous.shape != current.shape:
             return "signal-shape", None
         accumulated = self._accumulated + self._change(current, previous)
-        if accumulated >= self.threshold:
+        if not accumulated < self.threshold:  # NaN (a non-finite signal) computes too
             return "threshold", accumulated
         if self._consecutive_hits >= self.max_consecutive_hits:
             return "hit-cap", accumulated

@@ -138,3 +138,21 @@ def test_device_signal_costs_one_sync_per_decided_step() -> None:
 def test_bad_options_raise_config_error(kwargs: dict) -> None:
     with pytest.raises(ConfigError, match="is invalid"):
         AdaptiveResidualCache(**kwargs)
+
+
+def test_nan_signal_computes_instead_of_replaying() -> None:
+    cache = AdaptiveResidualCache(threshold=0.5, max_consecutive_hits=10, dense_last=0)
+    nan = torch.full((4,), float("nan"))
+    assert _run(cache, [torch.ones(4), nan, nan]) == [0, 1, 2]
+    assert [e.reason for e in cache.events][1:] == ["threshold", "threshold"]
+
+
+def test_non_tensor_signal_residual_or_callable_is_a_usage_error() -> None:
+    cache = AdaptiveResidualCache(threshold=0.5, dense_last=0)
+    with torch.no_grad():
+        with pytest.raises(CacheUsageError, match="got signal of type str"):
+            cache.run(0, "abc", lambda: torch.zeros(1))  # type: ignore[arg-type]
+        with pytest.raises(CacheUsageError, match="compute_residual of type Tensor"):
+            cache.run(0, torch.ones(1), torch.zeros(1))  # type: ignore[arg-type]
+        with pytest.raises(CacheUsageError, match="compute_residual returned str"):
+            cache.run(0, torch.ones(1), lambda: "r")  # type: ignore[arg-type,return-value]

@@ -177,3 +177,8 @@ def test_repeated_dense_step_replaces_its_output_before_extrapolating() -> None:
 def test_nan_delta_scale_message_asks_for_a_number() -> None:
     with pytest.raises(ConfigError, match=r"delta_scale=nan is invalid; pass a number$"):
         FixedStepCache(delta_scale=float("nan"))
+
+
+def test_non_callable_compute_is_a_usage_error() -> None:
+    with pytest.raises(CacheUsageError, match="got compute of type Tensor"):
+        FixedStepCache(total_steps=3).run(0, torch.zeros(1))  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from flextensor_runtime.errors import VramManagementError
+from flextensor_runtime.errors import ConfigError, VramManagementError
 from flextensor_runtime.vram.placement import (
     DeviceLike,
     MemoryReader,
@@ -90,6 +90,12 @@ class AutoTorchModule(nn.Module):
         vram_limit: float | None = None,
     ) -> None:
         """Update lifecycle placement, defaulting omitted stages to computation placement."""
+        bad = isinstance(vram_limit, bool) or not isinstance(vram_limit, (int, float, type(None)))
+        if bad or (vram_limit is not None and not vram_limit >= 0):  # type: ignore[operator]
+            raise ConfigError(
+                f"vram_limit={vram_limit!r} is invalid; pass the device memory limit in GiB "
+                "(a number >= 0) or None"
+            )
         stages = resolve_stages(
             offload_dtype, offload_device, onload_dtype, onload_device,
             preparing_dtype, preparing_device, computation_dtype, computation_device,

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.vram.fp8 import FP8_BACKENDS
 from flextensor_runtime.vram.placement import DISK, Placement
 
 __all__ = ["WRAPPER_OPTIONS", "check_options", "initial_placement"]
@@ -26,6 +27,9 @@ def check_options(kwargs: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"unknown VRAM wrapper option(s) {unknown}: the options are {list(WRAPPER_OPTIONS)}"
         )
+    backend = kwargs.get("fp8_backend", "auto")
+    if backend not in FP8_BACKENDS:
+        raise ConfigError(f"invalid fp8_backend {backend!r}: use one of {FP8_BACKENDS}")
 
 
 def initial_placement(

@@ -179,11 +179,10 @@ def test_fp8_scaled_mm_and_dequantize_agree(linear) -> None:
 
 
 def test_invalid_fp8_backend(linear) -> None:
-    wrapped = AutoWrappedLinear(
-        linear, computation_dtype=torch.float8_e4m3fn, computation_device="cpu", fp8_backend="x"
-    )
-    with pytest.raises(ConfigError, match="fp8_backend"):
-        wrapped(torch.randn(1, 12))
+    with pytest.raises(ConfigError, match="fp8_backend"):  # at construction, not first forward
+        AutoWrappedLinear(
+            linear, computation_dtype=torch.float8_e4m3fn, computation_device="cpu", fp8_backend="x"
+        )
 
 
 # -- LoRA -----------------------------------------------------------------------------------
@@ -277,3 +276,13 @@ def test_cuda_offload_promotion_and_fp8(linear) -> None:
 def test_non_linear_module_is_a_config_error(module) -> None:
     with pytest.raises(ConfigError, match=rf"wraps an nn\.Linear, got {type(module).__name__}"):
         AutoWrappedLinear(module)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"fp8_backend": "x"}, "invalid fp8_backend 'x'"), ({"vram_limit": -1}, "vram_limit=-1"),
+     ({"vram_limit": "1"}, "vram_limit='1'"), ({"vram_limit": float("nan")}, "vram_limit=nan")],
+)  # fmt: skip
+def test_bad_wrapper_options_fail_at_construction(kwargs, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        AutoWrappedLinear(nn.Linear(2, 2), **kwargs)

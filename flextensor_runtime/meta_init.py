@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from flextensor_runtime.errors import ConfigError
+
 __all__ = ["init_weights_on_device", "skip_model_initialization"]
 
 _INIT_FUNCTIONS = (
@@ -51,7 +53,13 @@ def init_weights_on_device(
     `include_buffers=True` tensors created inside the block are also created on `device`
     directly, so buffers land there and nothing is allocated elsewhere.
     """
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(
+            f"init_weights_on_device got device={device!r}, which is not a torch device; pass "
+            "'meta' (the default), 'cpu' or 'cuda'"
+        ) from exc
     register_parameter = nn.Module.register_parameter
 
     def register_on_device(module: nn.Module, name: str, param: nn.Parameter | None) -> None:

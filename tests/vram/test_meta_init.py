@@ -68,3 +68,12 @@ def test_meta_model_builds_without_touching_host_memory() -> None:
         big = nn.Linear(20_000, 20_000)  # 1.6 GB if its weight were initialised on the host
     assert process.memory_info().rss - before < 200 * 2**20
     assert big.weight.device.type == "meta" and big.weight.shape == (20_000, 20_000)
+
+
+def test_bad_device_is_a_config_error_and_patches_nothing() -> None:
+    from flextensor_runtime.errors import ConfigError
+
+    block = init_weights_on_device("gpux")
+    with pytest.raises(ConfigError, match="device='gpux', which is not a torch device"):
+        block.__enter__()
+    assert nn.Linear(2, 2).weight.device.type == "cpu"

@@ -9,6 +9,7 @@ Must not know: denoising steps or previous-step compensation (see `tokens.TokenP
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -100,11 +101,22 @@ def kept_count(length: int, keep_ratio: float) -> int:
     return max(1, min(length, math.ceil(keep_ratio * length - 1e-9)))
 
 
+def _is_index(value: object) -> bool:
+    """An int (numpy and 0-d integer tensors included), not a bool or a float."""
+    try:
+        operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return not isinstance(value, bool)
+
+
 def _seq_dim(tensor: torch.Tensor, seq_dim: int) -> int:
     if not isinstance(tensor, torch.Tensor):
         raise ConfigError(
             f"hidden_states must be a torch.Tensor, got {type(tensor).__name__}; pass the tokens"
         )
+    if not _is_index(seq_dim):
+        raise ConfigError(f"seq_dim={seq_dim!r} is invalid; pass the token dimension as an int")
     if not -tensor.dim() <= seq_dim < tensor.dim():
         raise ConfigError(
             f"seq_dim={seq_dim} is out of range for a tensor of shape {tuple(tensor.shape)}; "
@@ -143,6 +155,8 @@ def select_token_indices(
     if k == length:
         return torch.arange(length, device=device)
     if kind is TokenScoreMethod.RANDOM:
+        if not _is_index(random_seed):
+            raise ConfigError(f"random_seed={random_seed!r} is invalid; pass an int")
         generator = torch.Generator().manual_seed(random_seed)
         chosen = torch.randperm(length, generator=generator)[:k]
         return chosen.sort().values.to(device)
@@ -162,7 +176,8 @@ def select_token_indices(
 
 def _segment(length: int, start: int, end: int | None) -> int:
     stop = length if end is None else end
-    if not 0 <= start < stop <= length:
+    ints = _is_index(start) and _is_index(stop)
+    if not ints or not 0 <= start < stop <= length:
         raise ConfigError(
             f"token segment [start={start}, end={end}) is invalid for {length} tokens; "
             "pass 0 <= start < end <= sequence length"

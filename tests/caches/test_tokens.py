@@ -229,3 +229,13 @@ def test_pruner_failed_prune_leaves_no_pending_restore() -> None:
         pruner.prune(hidden, seq_dim=9)
     compact, state = pruner.prune(hidden)  # not "called again before restore()"
     assert compact.shape == (2, 4, 4) and state is not None
+
+
+def test_non_int_positions_and_seed_are_config_errors() -> None:
+    hidden = torch.randn(2, 8, 4)
+    with pytest.raises(ConfigError, match=r"seq_dim=1\.0 is invalid"):
+        select_token_indices(hidden, 0.5, seq_dim=1.0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"start=1\.5"):
+        prune_tokens(hidden, 0.5, start=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="random_seed='a' is invalid"):
+        select_token_indices(hidden, 0.5, "random", random_seed="a")  # type: ignore[arg-type]

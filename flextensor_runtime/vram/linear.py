@@ -69,7 +69,7 @@ class AutoWrappedLinear(AutoTorchModule):
         self.fp8_backend: str = kwargs.get("fp8_backend", "auto")
         self.loras: list[LoraAdapter] = []
         self.lora_merger: LoraMerger | None = None
-        self.stored = initial_placement(self._managed(), disk_map, name)
+        self.stored = initial_placement(self._managed(), disk_map, name, self.stages)
         self.offload()
 
     def _managed_root(self) -> nn.Module:

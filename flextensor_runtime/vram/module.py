@@ -74,7 +74,7 @@ class AutoWrappedModule(AutoTorchModule):
         self.name = name
         self.disk_map = disk_map
         self._settle_buffers()
-        self.stored = initial_placement(self._managed(), disk_map, name)
+        self.stored = initial_placement(self._managed(), disk_map, name, self.stages)
         if self.stored is None:  # nothing to manage: always at computation placement
             self.stored = self.stages.computation
         self.offload()

@@ -14,7 +14,7 @@ import torch
 
 from flextensor_runtime.errors import ConfigError, VramManagementError
 from flextensor_runtime.vram.fp8 import FP8_BACKENDS
-from flextensor_runtime.vram.placement import DISK, Placement
+from flextensor_runtime.vram.placement import DISK, Placement, StagePlacements
 
 __all__ = ["WRAPPER_OPTIONS", "check_options", "initial_placement"]
 
@@ -33,9 +33,19 @@ def check_options(kwargs: Mapping[str, Any]) -> None:
 
 
 def initial_placement(
-    params: Mapping[str, torch.Tensor], disk_map: Any, name: str
+    params: Mapping[str, torch.Tensor], disk_map: Any, name: str, stages: StagePlacements
 ) -> Placement | None:
     """Where the managed parameters are now; None when there are none."""
+    if disk_map is not None and not callable(getattr(disk_map, "load", None)):
+        raise ConfigError(
+            f"module {name!r}: disk_map={disk_map!r} is invalid; pass a DiskMap(path, device)"
+        )
+    tiers = (stages.offload, stages.onload, stages.preparing)
+    if params and disk_map is None and any(p.on_disk for p in tiers):
+        raise ConfigError(
+            f"module {name!r} has a 'disk' placement but no disk_map, so its weights could never "
+            "be read back: pass disk_map=DiskMap(checkpoint, device)"
+        )
     if not params:
         return None
     first = next(iter(params.values()))

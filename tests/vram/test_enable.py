@@ -192,3 +192,17 @@ def test_empty_or_non_dict_module_map_is_a_config_error(tiny_net, module_map) ->
         enable_vram_management(tiny_net, module_map, CPU32)
     assert not hasattr(tiny_net, "vram_management_enabled")  # a later real call still works
     enable_vram_management(tiny_net, {nn.Linear: AutoWrappedLinear}, CPU32)
+
+
+@pytest.mark.parametrize(
+    ("disk_map", "message"),
+    [(None, "'disk' placement but no disk_map"), ("w.safetensors", "disk_map='w.safetensors'")],
+)
+def test_disk_tier_without_a_usable_disk_map_keeps_the_weights(disk_map, message) -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    weight = model[0].weight
+    with pytest.raises(ConfigError, match=message):
+        enable_vram_management(
+            model, {nn.Linear: AutoWrappedLinear}, {"offload_device": "disk"}, disk_map=disk_map
+        )
+    assert model[0].weight is weight and weight.device.type == "cpu"

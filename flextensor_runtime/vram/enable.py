@@ -67,6 +67,13 @@ def _unchanged_on_error(model: nn.Module) -> Iterator[None]:
         raise
 
 
+def _check_model(model: object) -> None:
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"VRAM management needs a torch.nn.Module, got {type(model).__name__}; pass the model"
+        )
+
+
 def _check_module_map(module_map: Mapping[Any, Any]) -> None:
     if not isinstance(module_map, Mapping) or not module_map:
         raise ConfigError(
@@ -178,6 +185,14 @@ def _make_plan(
     config = _check_config(vram_config, "vram_config")
     overflow = None
     if max_num_param is not None:
+        if (
+            isinstance(max_num_param, bool)
+            or not isinstance(max_num_param, int)
+            or max_num_param < 0
+        ):
+            raise ConfigError(
+                f"max_num_param={max_num_param!r} is invalid; pass a parameter count >= 0 or None"
+            )
         if overflow_vram_config is None:
             raise ConfigError(
                 f"max_num_param={max_num_param} needs overflow_vram_config: pass the placement "
@@ -205,6 +220,7 @@ def enable_vram_management_recursively(
 ) -> int:
     """Replace matching descendants with lifecycle-aware wrappers; return the running count
     of wrapped parameter elements (`total_num_param` plus those wrapped here)."""
+    _check_model(model)
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
@@ -231,6 +247,7 @@ def enable_vram_management(
     `fp8_backend`), except `vram_config_for`: a callable (module name, checkpoint keys of the
     tensors its wrapper manages) -> a placement config for that module, or None for the default.
     """
+    _check_model(model)
     if getattr(model, "vram_management_enabled", False):
         raise VramManagementError(
             f"VRAM management is already enabled on this {type(model).__name__}: call "

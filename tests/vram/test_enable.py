@@ -206,3 +206,16 @@ def test_disk_tier_without_a_usable_disk_map_keeps_the_weights(disk_map, message
             model, {nn.Linear: AutoWrappedLinear}, {"offload_device": "disk"}, disk_map=disk_map
         )
     assert model[0].weight is weight and weight.device.type == "cpu"
+
+
+def test_non_module_model_and_bad_max_num_param_are_config_errors() -> None:
+    linear_map = {nn.Linear: AutoWrappedLinear}
+    for call in (enable_vram_management, enable_vram_management_recursively):
+        with pytest.raises(ConfigError, match=r"needs a torch\.nn\.Module, got NoneType"):
+            call(None, linear_map, CPU32)  # type: ignore[arg-type]
+    for bad in (-5, "5"):
+        with pytest.raises(ConfigError, match=f"max_num_param={bad!r} is invalid"):
+            enable_vram_management(
+                nn.Sequential(nn.Linear(2, 2)), linear_map, CPU32, max_num_param=bad,
+                overflow_vram_config=CPU32,
+            )  # fmt: skip

@@ -59,6 +59,12 @@ def check_moe_args(
 ) -> MoeShape:
     """Validate shapes and dtypes (no device sync); return the problem's sizes."""
     op = "routed_swiglu_moe"
+    named = {"hidden_states": hidden_states, "routing_weights": routing_weights,
+             "selected_experts": selected_experts, "gate_weight": gate_weight,
+             "up_weight": up_weight, "down_weight": down_weight}  # fmt: skip
+    for name, value in named.items():
+        if not isinstance(value, torch.Tensor):
+            raise ConfigError(f"{op}: {name} must be a torch.Tensor, got {type(value).__name__}")
     n_e, n_i, n_d = _check_weights(gate_weight, up_weight, down_weight)
     if hidden_states.dim() < 1 or hidden_states.shape[-1] != n_d:
         raise ConfigError(
@@ -78,7 +84,8 @@ def check_moe_args(
         raise ConfigError(
             f"{op}: routing_weights must be [T={n_t}, K], got {tuple(routing_weights.shape)}"
         )
-    if selected_experts.shape != routing_weights.shape or selected_experts.is_floating_point():
+    is_int = not selected_experts.is_floating_point() and selected_experts.dtype != torch.bool
+    if selected_experts.shape != routing_weights.shape or not is_int:
         raise ConfigError(
             f"{op}: selected_experts must be an integer tensor of shape "
             f"{tuple(routing_weights.shape)}, got {selected_experts.dtype} "

@@ -123,6 +123,8 @@ def test_out_of_range_expert_ids(kernel_device: torch.device) -> None:
         ({"up": torch.zeros(3, 16, 9)}, "must both be"),
         ({"hidden": torch.zeros(4, 8, dtype=torch.float64)}, "share one floating dtype"),
         ({"selected_experts": torch.zeros(4, 2)}, "must be an integer tensor"),
+        ({"selected_experts": torch.zeros(4, 2, dtype=torch.bool)}, "got torch.bool"),
+        ({"hidden": [[0.0] * 8] * 4}, "hidden_states must be a torch.Tensor, got list"),
         ({"routing_weights": torch.zeros(5, 2)}, r"routing_weights must be \[T=4, K\]"),
     ],
 )

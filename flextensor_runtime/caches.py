@@ -66,6 +66,11 @@ class FixedStepCache:
         dense_last: int = 1,
         total_steps: int | None = None,
     ) -> None:
+        if isinstance(skip_steps, (str, bytes)) or not isinstance(skip_steps, Iterable):
+            raise ConfigError(
+                f"skip_steps={skip_steps!r} is invalid; pass a collection of step indices, "
+                "e.g. {1, 3}"
+            )
         steps = frozenset(skip_steps)
         for s in steps:
             check_count("skip_steps entry", s, 0)

@@ -182,3 +182,9 @@ def test_nan_delta_scale_message_asks_for_a_number() -> None:
 def test_non_callable_compute_is_a_usage_error() -> None:
     with pytest.raises(CacheUsageError, match="got compute of type Tensor"):
         FixedStepCache(total_steps=3).run(0, torch.zeros(1))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("skip_steps", [3, "12"])
+def test_non_collection_skip_steps_is_a_config_error(skip_steps) -> None:
+    with pytest.raises(ConfigError, match="pass a collection of step indices"):
+        FixedStepCache(skip_steps=skip_steps)

@@ -164,6 +164,8 @@ class MemoryStore:
         Newest means the largest timestamp, ties broken by later insertion. If no record of
         `prefer_type` matches, the newest matching record of any kind is returned.
         """
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ConfigError(f"latest metadata={metadata!r} is invalid; pass a mapping or None")
         matching = [r for r in self._records if _matches_metadata(r, metadata)]
         preferred = [r for r in matching if r["kind"] == prefer_type]
         pool = preferred or matching

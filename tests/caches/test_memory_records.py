@@ -179,3 +179,9 @@ def test_bad_query_fields_and_objects_are_config_errors() -> None:
         MemoryQuery(metadata=[1])  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="query of type str is invalid"):
         store.query("door")  # type: ignore[arg-type]
+
+
+def test_latest_with_non_mapping_metadata_is_a_config_error() -> None:
+    store = MemoryStore(records=[{"content": "a"}])
+    with pytest.raises(ConfigError, match=r"latest metadata=\[1\] is invalid"):
+        store.latest(metadata=[1])  # type: ignore[arg-type]

@@ -117,6 +117,13 @@ class AutoWrappedLinear(AutoTorchModule):
 
     def add_lora(self, lora_A: torch.Tensor, lora_B: torch.Tensor, scale: float = 1.0) -> None:
         """Attach an adapter: A [r, in_features], B [out_features, r], delta x·Aᵀ·Bᵀ·scale."""
+        tensors = isinstance(lora_A, torch.Tensor) and isinstance(lora_B, torch.Tensor)
+        number = isinstance(scale, (int, float)) and not isinstance(scale, bool)
+        if not tensors or not number:
+            raise ConfigError(
+                f"add_lora got A {type(lora_A).__name__}, B {type(lora_B).__name__}, scale "
+                f"{scale!r}; pass two 2-D tensors and a number"
+            )
         adapter = LoraAdapter(lora_A.detach(), lora_B.detach(), float(scale))
         check_adapter(adapter, self.in_features, self.out_features)
         self.loras.append(adapter)

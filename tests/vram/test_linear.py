@@ -286,3 +286,12 @@ def test_non_linear_module_is_a_config_error(module) -> None:
 def test_bad_wrapper_options_fail_at_construction(kwargs, message) -> None:
     with pytest.raises(ConfigError, match=message):
         AutoWrappedLinear(nn.Linear(2, 2), **kwargs)
+
+
+def test_add_lora_with_non_tensors_or_non_number_scale_is_a_config_error(linear) -> None:
+    wrapped = AutoWrappedLinear(linear)
+    a, b = torch.randn(2, linear.in_features), torch.randn(linear.out_features, 2)
+    for args in ((a, b, "x"), ([1.0], b, 1.0)):
+        with pytest.raises(ConfigError, match="add_lora got A"):
+            wrapped.add_lora(*args)  # type: ignore[arg-type]
+    assert wrapped.loras == []

@@ -272,6 +272,11 @@ def layerwise_offload_mutation_scope(module: nn.Module) -> Iterator[None]:
     forward copies the edited values (re-prefetched where a copy was in flight). A module
     without layer-wise offload is left alone.
     """
+    if not isinstance(module, nn.Module):
+        raise ConfigError(
+            f"layerwise_offload_mutation_scope needs a torch.nn.Module, got "
+            f"{type(module).__name__}; pass the model or layer you edit"
+        )
     touched = [m.__dict__[_LAYER_ATTR] for m in module.modules() if _LAYER_ATTR in m.__dict__]
     prefetched = [(w, i) for w, i in touched if w.layers[i].ticket is not None]
     for window, index in touched:

@@ -240,3 +240,9 @@ def test_bad_arguments_are_config_errors_even_without_cuda() -> None:
         enable_layerwise_cpu_offload(Net(), device="gpux")
     with pytest.raises(ConfigError, match=r"needs a torch\.nn\.Module, got NoneType"):
         enable_layerwise_offload_on(None, ThreadCopyBackend())  # type: ignore[arg-type]
+
+
+def test_mutation_scope_on_a_non_module_is_a_config_error() -> None:
+    scope = layerwise_offload_mutation_scope(None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="got NoneType; pass the model or layer you edit"):
+        scope.__enter__()

@@ -133,8 +133,13 @@ def replan(
     """
     from flextensor_runtime.deploy import handle
 
-    if iters < 1:
-        raise ConfigError(f"replan iters={iters} must be at least 1; pass iters=3 or more")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ConfigError(f"replan iters={iters!r} must be at least 1; pass iters=3 or more")
+    if save is not None and (not isinstance(save, (str, os.PathLike)) or Path(save).is_dir()):
+        raise ConfigError(
+            f"replan save={save!r} is not a file path; pass the .msgpack file to write, e.g. "
+            "save='p2.msgpack'"
+        )
     runtime = handle(model).deployment.runtime
     assert runtime is not None
     if runtime.timing is not None:

@@ -116,3 +116,13 @@ def test_offload_block_reports_to_an_observer_without_a_model() -> None:
     finally:
         offload_block_observer.reset(token)
     assert seen == [("stage_a", True), ("body", True), ("stage_a", False)]
+
+
+def test_replan_rejects_non_int_iters_and_a_folder_to_save(tmp_path) -> None:
+    model = tiny_lm()
+    deploy(model, build_profile(model, block_names(model)))
+    with pytest.raises(ConfigError, match="replan iters='3' must be at least 1"):
+        replan(model, iters="3")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"is not a file path; pass the \.msgpack file"):
+        replan(model, iters=1, save=tmp_path)
+    assert replan(model, iters=1).iters == 1  # nothing was left measuring

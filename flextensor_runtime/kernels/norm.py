@@ -44,7 +44,7 @@ def _check_args(x: torch.Tensor, eps: float, upcast: bool) -> None:
         raise ConfigError(
             f"{_OP}: x must be a floating tensor [..., D], got {got}; pass activations"
         )
-    if not isinstance(eps, (int, float)) or not eps > 0:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
         raise ConfigError(f"{_OP}: eps must be a positive float, got {eps!r}; use e.g. 1e-6")
     if not isinstance(upcast, bool):
         raise ConfigError(f"{_OP}: upcast must be True or False, got {upcast!r}")

@@ -25,6 +25,7 @@ __all__ = [
     "detach_tree",
     "extrapolate_tree",
     "map_tree",
+    "same_layout",
 ]
 
 # reason code -> what it means; every CacheEvent.reason is one of these keys
@@ -130,6 +131,21 @@ def map_tree(fn: Callable[..., Any], *trees: Any) -> Any:
         except TypeError:
             return container(mapped)
     return first
+
+
+def same_layout(a: Any, b: Any) -> bool:
+    """True when the two trees hold tensors of the same shapes and devices at the same places."""
+    same: list[bool] = []
+
+    def compare(x: torch.Tensor, y: Any) -> None:
+        ok = isinstance(y, torch.Tensor) and x.shape == y.shape and x.device == y.device
+        same.append(ok)
+
+    try:
+        map_tree(compare, a, b)
+    except (ValueError, KeyError, TypeError):  # different lengths, keys or containers
+        return False
+    return all(same)
 
 
 def detach_tree(tree: Any) -> Any:

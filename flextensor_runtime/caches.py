@@ -30,6 +30,7 @@ from flextensor_runtime.cache_steps import (
     check_count,
     detach_tree,
     extrapolate_tree,
+    same_layout,
 )
 from flextensor_runtime.errors import CacheUsageError, ConfigError
 
@@ -117,7 +118,10 @@ class FixedStepCache:
             out = compute()
             # keep one output unless extrapolating; a repeated step replaces its own output
             kept = [o for o in self._outputs if o[0] != step][-1:] if self.delta_scale else []
-            self._outputs = [*kept, (step, detach_tree(out))]
+            stored = detach_tree(out)
+            if kept and not same_layout(kept[0][1], stored):  # e.g. a new resolution
+                kept = []  # extrapolating across layouts is undefined: replay the new output
+            self._outputs = [*kept, (step, stored)]
             self._log.add(step, False, reason)
             return out
         (last_step, last), *_ = self._outputs[-1:]

@@ -188,3 +188,13 @@ def test_non_callable_compute_is_a_usage_error() -> None:
 def test_non_collection_skip_steps_is_a_config_error(skip_steps) -> None:
     with pytest.raises(ConfigError, match="pass a collection of step indices"):
         FixedStepCache(skip_steps=skip_steps)
+
+
+def test_output_shape_change_replays_the_new_output_instead_of_extrapolating() -> None:
+    cache = FixedStepCache(skip_steps={2}, delta_scale=1.0, dense_first=0, dense_last=0)
+    with torch.no_grad():
+        cache.run(0, lambda: torch.ones(2))
+        cache.run(1, lambda: torch.full((3,), 2.0))  # e.g. a new resolution
+        out = cache.run(2, lambda: torch.zeros(3))
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+    assert cache.events[-1].reason == "replayed"

@@ -213,10 +213,23 @@ class MemoryStore:
         return dropped
 
     def replace(self, records: Iterable[Mapping[str, Any] | MemoryRecord]) -> None:
-        """Clear the store and append *records* in order (the list object stays the same)."""
+        """Clear the store and append *records* in order (the list object stays the same).
+
+        If a record is invalid the store keeps its previous records.
+        """
+        if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+            raise ConfigError(
+                f"records of type {type(records).__name__} are invalid; pass a list of record "
+                "mappings or MemoryRecords"
+            )
+        saved = list(self._records)
         self._records.clear()
-        for record in records:
-            self.add(record)
+        try:
+            for record in records:
+                self.add(record)
+        except BaseException:
+            self._records[:] = saved
+            raise
 
     def _normalise(self, record: Mapping[str, Any] | MemoryRecord) -> dict[str, Any]:
         if not isinstance(record, (Mapping, MemoryRecord)):

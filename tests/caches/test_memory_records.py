@@ -185,3 +185,13 @@ def test_latest_with_non_mapping_metadata_is_a_config_error() -> None:
     store = MemoryStore(records=[{"content": "a"}])
     with pytest.raises(ConfigError, match=r"latest metadata=\[1\] is invalid"):
         store.latest(metadata=[1])  # type: ignore[arg-type]
+
+
+def test_failed_replace_keeps_the_previous_records() -> None:
+    store = MemoryStore(records=[{"content": "keep"}])
+    with pytest.raises(ConfigError, match="lacks 'content'"):
+        store.replace([{"content": "a"}, {"nocontent": 1}])
+    assert [r["content"] for r in store.records] == ["keep"]
+    with pytest.raises(ConfigError, match="records of type int are invalid"):
+        store.replace(5)  # type: ignore[arg-type]
+    assert [r["content"] for r in store.records] == ["keep"]

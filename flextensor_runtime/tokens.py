@@ -116,11 +116,11 @@ class TokenPruner:
                 f"TokenPruner.restore(key={key!r}) got state {state!r:.60}, not the one "
                 f"prune(key={key!r}) returned; pass that state unchanged"
             )
-        del self._pending[k]
         if state is None:
             full = processed
-        else:
+        else:  # a failure here keeps the prune pending, so a corrected restore can follow
             full = restore_tokens(processed, state, self._compensation.get(k))
+        del self._pending[k]
         self._compensation[k] = full.detach()
         if self.method is TokenScoreMethod.VELOCITY:
             inp = self._input[k]

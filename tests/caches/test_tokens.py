@@ -239,3 +239,12 @@ def test_non_int_positions_and_seed_are_config_errors() -> None:
         prune_tokens(hidden, 0.5, start=1.5)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="random_seed='a' is invalid"):
         select_token_indices(hidden, 0.5, "random", random_seed="a")  # type: ignore[arg-type]
+
+
+def test_pruner_failed_restore_can_be_retried() -> None:
+    pruner, hidden = TokenPruner(0.5), torch.randn(2, 8, 4)
+    pruner.restore(*pruner.prune(hidden))
+    compact, state = pruner.prune(hidden)
+    with pytest.raises(TokenPruneError, match="does not have 4 tokens"):
+        pruner.restore(compact[:, :2], state)
+    assert pruner.restore(compact, state).shape == hidden.shape

@@ -36,13 +36,14 @@ VRAM_CONFIG_KEYS = tuple(
 )
 
 
-def _check_config(config: Mapping[str, Any], what: str) -> dict[str, Any]:
+def _check_config(config: Mapping[str, Any], what: str, *, values: bool = True) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise ConfigError(f"{what} must be a dict of placement keys, got {type(config).__name__}")
     unknown = sorted(set(config) - set(VRAM_CONFIG_KEYS))
     if unknown:
         raise ConfigError(f"unknown {what} key(s) {unknown}: use {list(VRAM_CONFIG_KEYS)}")
-    resolve_stages(**config)  # bad devices and dtypes fail here, before any module is wrapped
+    if values:  # bad devices and dtypes fail here, before any module is wrapped
+        resolve_stages(**config)
     return dict(config)
 
 
@@ -103,7 +104,7 @@ def fill_vram_config(model: nn.Module, vram_config: Mapping[str, Any]) -> dict[s
     A module wrapped whole has no finer unit to stream, so its onload and preparing stages
     become the computation placement; the offload stage is kept. Warns when that changes it.
     """
-    filled = _check_config(vram_config, "vram_config")
+    filled = _check_config(vram_config, "vram_config", values=False)  # keys only: no device check
     for stage in ("onload", "preparing"):
         filled[f"{stage}_dtype"] = filled.get("computation_dtype")
         filled[f"{stage}_device"] = filled.get("computation_device")

@@ -12,7 +12,7 @@ from typing import Protocol, Union
 
 import torch
 
-from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.errors import BackendUnavailableError, ConfigError
 
 __all__ = [
     "DISK",
@@ -70,7 +70,16 @@ def _device_name(device: DeviceLike | None) -> str | None:
         raise ConfigError(
             f"invalid device {device!r}: use 'cpu', 'cuda', 'cuda:N', 'meta' or 'disk'"
         ) from exc
-    if resolved.type == "cuda" and resolved.index is None and torch.cuda.is_available():
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailableError(
+            f"device {device!r} needs CUDA, which this machine lacks: use 'cpu' placements here"
+        )
+    if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(
+            f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} "
+            "CUDA device(s)"
+        )
+    if resolved.type == "cuda" and resolved.index is None:
         resolved = torch.device("cuda", torch.cuda.current_device())  # as parameters report it
     return str(resolved)
 

@@ -219,3 +219,17 @@ def test_non_module_model_and_bad_max_num_param_are_config_errors() -> None:
                 nn.Sequential(nn.Linear(2, 2)), linear_map, CPU32, max_num_param=bad,
                 overflow_vram_config=CPU32,
             )  # fmt: skip
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_placement_without_cuda_is_backend_unavailable_and_model_unchanged() -> None:
+    from flextensor_runtime.errors import BackendUnavailableError
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    linear = model[0]
+    with pytest.raises(BackendUnavailableError, match="device 'cuda' needs CUDA"):
+        enable_vram_management(
+            model, {nn.Linear: AutoWrappedLinear}, {"computation_device": "cuda"}
+        )
+    assert model[0] is linear
+    assert fill_vram_config(linear, {"computation_device": "cuda"})["onload_device"] == "cuda"

@@ -161,13 +161,19 @@ def select_token_indices(
         chosen = torch.randperm(length, generator=generator)[:k]
         return chosen.sort().values.to(device)
     if kind is TokenScoreMethod.VELOCITY:
-        if previous_velocity is None or previous_velocity.shape[dim] != length:
-            got = None if previous_velocity is None else tuple(previous_velocity.shape)
+        velocity = previous_velocity
+        if (
+            not isinstance(velocity, torch.Tensor)
+            or velocity.dim() <= dim
+            or velocity.shape[dim] != length
+        ):
+            is_tensor = isinstance(velocity, torch.Tensor)
+            got = tuple(velocity.shape) if is_tensor else type(velocity).__name__  # type: ignore[union-attr]
             raise ConfigError(
                 f"method 'velocity' needs previous_velocity with {length} tokens on dim {dim}, "
                 f"got {got}; pass the previous step's velocity for the same tokens"
             )
-        scores = _token_norms(previous_velocity.to(device), dim)
+        scores = _token_norms(velocity.to(device), dim)
     else:
         scores = _token_norms(hidden_states, dim)
     order = torch.sort(scores, descending=True, stable=True).indices[:k]
@@ -205,8 +211,9 @@ def prune_tokens(
     stop = _segment(length, start, end)
     segment = hidden_states.narrow(dim, start, stop - start)
     velocity = previous_velocity
-    if velocity is not None and velocity.shape[dim] == length and stop - start != length:
-        velocity = velocity.narrow(dim, start, stop - start)
+    whole = isinstance(velocity, torch.Tensor) and velocity.dim() > dim
+    if whole and velocity.shape[dim] == length and stop - start != length:  # type: ignore[union-attr]
+        velocity = velocity.narrow(dim, start, stop - start)  # type: ignore[union-attr]
     indices = select_token_indices(segment, keep_ratio, method, dim, velocity)
     pieces = [
         hidden_states.narrow(dim, 0, start),
@@ -251,6 +258,11 @@ def restore_tokens(
             f"restore_tokens got state {_describe(state)}; pass the TokenPruneState that "
             "prune_tokens returned"
         )
+    for name, value in (("processed", processed), ("compensation", compensation)):
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise TokenPruneError(
+                f"restore_tokens got {name} of type {type(value).__name__}; pass a torch.Tensor"
+            )
     dim = state.seq_dim
     if processed.dim() <= dim or processed.shape[dim] != state.compact_length:
         raise TokenPruneError(

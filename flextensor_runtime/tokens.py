@@ -116,6 +116,11 @@ class TokenPruner:
                 f"TokenPruner.restore(key={key!r}) got state {state!r:.60}, not the one "
                 f"prune(key={key!r}) returned; pass that state unchanged"
             )
+        if not isinstance(processed, torch.Tensor):
+            raise TokenPruneError(
+                f"TokenPruner.restore got processed of type {type(processed).__name__}; pass the "
+                "blocks' output tensor"
+            )
         if state is None:
             full = processed
         else:  # a failure here keeps the prune pending, so a corrected restore can follow

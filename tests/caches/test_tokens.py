@@ -248,3 +248,20 @@ def test_pruner_failed_restore_can_be_retried() -> None:
     with pytest.raises(TokenPruneError, match="does not have 4 tokens"):
         pruner.restore(compact[:, :2], state)
     assert pruner.restore(compact, state).shape == hidden.shape
+
+
+def test_non_tensor_velocity_processed_or_compensation_are_clear_errors() -> None:
+    hidden = torch.randn(2, 8, 4)
+    with pytest.raises(
+        ConfigError, match="needs previous_velocity with 4 tokens on dim 1, got list"
+    ):
+        prune_tokens(hidden, 0.5, "velocity", 1, 2, 6, [1.0])  # type: ignore[arg-type]
+    compact, state = prune_tokens(hidden, 0.5)
+    with pytest.raises(TokenPruneError, match="got processed of type list"):
+        restore_tokens([1.0], state)  # type: ignore[arg-type]
+    with pytest.raises(TokenPruneError, match="got compensation of type list"):
+        restore_tokens(compact, state, [1.0])  # type: ignore[arg-type]
+    pruner = TokenPruner(0.5)
+    _, seed = pruner.prune(hidden)
+    with pytest.raises(TokenPruneError, match="restore got processed of type list"):
+        pruner.restore([1.0], seed)  # type: ignore[arg-type]

@@ -69,6 +69,21 @@ def _checkpoint_files(path: PathLike | Sequence[PathLike]) -> list[Path]:
     return [p]
 
 
+def _check_options(torch_dtype: object, converter: object, buffer_size: object) -> None:
+    if torch_dtype is not None and not isinstance(torch_dtype, torch.dtype):
+        raise ConfigError(f"DiskMap torch_dtype={torch_dtype!r} is invalid; pass a torch.dtype")
+    if converter is not None and not callable(converter):
+        raise ConfigError(
+            f"DiskMap state_dict_converter={converter!r} is invalid; pass a callable "
+            "{name: name} -> {new name: stored name}"
+        )
+    number = isinstance(buffer_size, (int, float)) and not isinstance(buffer_size, bool)
+    if not number or not buffer_size >= 1:  # type: ignore[operator]
+        raise ConfigError(
+            f"DiskMap buffer_size={buffer_size!r} is invalid; pass a tensor element count >= 1"
+        )
+
+
 class DiskMap(Mapping[str, torch.Tensor]):
     """Lazy mapping from checkpoint parameter names to materialized tensors.
 
@@ -94,6 +109,7 @@ class DiskMap(Mapping[str, torch.Tensor]):
             raise ConfigError(
                 f"DiskMap device {device!r} is not a torch device; pass 'cpu' or 'cuda'"
             ) from exc
+        _check_options(torch_dtype, state_dict_converter, buffer_size)
         self.torch_dtype = torch_dtype
         self.buffer_size = int(buffer_size)
         self.materialized_elements = 0
@@ -119,7 +135,13 @@ class DiskMap(Mapping[str, torch.Tensor]):
         identity = {name: name for name in self._files}
         if converter is None:
             return identity
-        renamed = dict(converter(identity))
+        result = converter(identity)
+        if not isinstance(result, Mapping):
+            raise ConfigError(
+                f"state_dict_converter returned {type(result).__name__}; return a dict "
+                "{new name: stored name}"
+            )
+        renamed = dict(result)
         for new, source in renamed.items():
             if source not in self._files:
                 raise DiskMapError(

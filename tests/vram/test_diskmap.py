@@ -176,3 +176,16 @@ def test_missing_shard_bad_path_and_bad_device_fail_at_construction(single, tmp_
         DiskMap(3, "cpu")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="DiskMap device 'gpux' is not a torch device"):
         DiskMap(single, "gpux")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"buffer_size": "x"}, "buffer_size='x'"), ({"buffer_size": 0}, "buffer_size=0"),
+     ({"torch_dtype": "float16"}, "torch_dtype='float16'"),
+     ({"state_dict_converter": 3}, "state_dict_converter=3"),
+     ({"state_dict_converter": lambda names: 5}, "state_dict_converter returned int")],
+)  # fmt: skip
+def test_bad_options_are_config_errors(single, kwargs, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DiskMap(single, "cpu", **kwargs)
+    assert DiskMap(single, "cpu", buffer_size=1e9).buffer_size == 10**9

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from flextensor_runtime.errors import ModelFileError
+from flextensor_runtime.errors import ConfigError, ModelFileError
 
 __all__ = ["Checkpoint", "StoredTensor"]
 
@@ -74,11 +74,14 @@ class Checkpoint:
     """A safetensors checkpoint: `model.safetensors`, or `model.safetensors.index.json` shards."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError(
+                f"checkpoint={path!r} is invalid; pass the path of a .safetensors file or its index"
+            )
         p = Path(path)
         if not p.is_file():
-            raise ModelFileError(
-                f"checkpoint {p} does not exist; pass a .safetensors file or its index"
-            )
+            what = "is a folder, not a file" if p.is_dir() else "does not exist"
+            raise ModelFileError(f"checkpoint {p} {what}; pass a .safetensors file or its index")
         self.path = p
         self.tensors: dict[str, StoredTensor] = {}
         if p.name.endswith(".json"):

@@ -10,7 +10,7 @@ import torch
 from accelerate import init_empty_weights
 from safetensors.torch import save_file, save_model
 
-from flextensor_runtime.errors import ModelFileError
+from flextensor_runtime.errors import ConfigError, ModelFileError
 from flextensor_runtime.lazy_load import Checkpoint
 from tests.runtime.conftest import assert_same, deploy, snapshot
 from tests.runtime.models import TinyLM, block_names, tiny_lm
@@ -105,6 +105,10 @@ def test_checkpoint_reader_converts_and_checks(tmp_path) -> None:
         ckpt.read_into("w", torch.empty(5, 3))
     with pytest.raises(ModelFileError, match="does not exist"):
         Checkpoint(tmp_path / "none.safetensors")
+    with pytest.raises(ModelFileError, match="is a folder, not a file"):
+        Checkpoint(tmp_path)
+    with pytest.raises(ConfigError, match="checkpoint=3 is invalid"):
+        Checkpoint(3)  # type: ignore[arg-type]
 
 
 def test_bad_checkpoint_tensor_midway_leaves_the_model_unchanged(tmp_path) -> None:

@@ -48,7 +48,22 @@ def _check_float(name: str, value: object, minimum: float, *, strict: bool = Fal
     return float(value)  # type: ignore[arg-type]
 
 
-class FixedStepCache:
+class _LoggedSteps:
+    """What both caches expose from their `StepLog`: the trajectory length and the events."""
+
+    _log: StepLog
+
+    @property
+    def total_steps(self) -> int | None:
+        return self._log.total_steps
+
+    @property
+    def events(self) -> list[CacheEvent]:
+        """One event per `run` since construction or the last `reset()`, in call order."""
+        return self._log.events
+
+
+class FixedStepCache(_LoggedSteps):
     """Reuse a previous denoiser output on an explicit set of steps.
 
     `delta_scale=0` replays the last dense output. A non-zero value extrapolates to first order
@@ -83,15 +98,6 @@ class FixedStepCache:
         self.dense_last = dense_last
         self._log = StepLog("FixedStepCache", total_steps)
         self._outputs: list[tuple[int, Any]] = []  # up to two (step, output), oldest first
-
-    @property
-    def total_steps(self) -> int | None:
-        return self._log.total_steps
-
-    @property
-    def events(self) -> list[CacheEvent]:
-        """One event per `run` since construction or the last `reset()`, in call order."""
-        return self._log.events
 
     @property
     def host_syncs(self) -> int:
@@ -147,7 +153,7 @@ class FixedStepCache:
         return None
 
 
-class AdaptiveResidualCache:
+class AdaptiveResidualCache(_LoggedSteps):
     """Reuse a model residual while accumulated input change stays small.
 
     Warm up densely, estimate the normalised change of a cheap `signal` between consecutive
@@ -189,15 +195,6 @@ class AdaptiveResidualCache:
         self._signal: torch.Tensor | None = None
         self._accumulated = 0.0
         self._consecutive_hits = 0
-
-    @property
-    def total_steps(self) -> int | None:
-        return self._log.total_steps
-
-    @property
-    def events(self) -> list[CacheEvent]:
-        """One event per `run` since construction or the last `reset()`, in call order."""
-        return self._log.events
 
     @property
     def host_syncs(self) -> int:

@@ -24,6 +24,7 @@ from flextensor_runtime.profile.schema import (
     Transfer,
     Trap,
     fingerprint,
+    issue_time,
 )
 from flextensor_runtime.profile.wire import MAX_FILE_BYTES, dumps, load, loads, save, to_document
 
@@ -49,6 +50,7 @@ __all__ = [
     "check_profile",
     "dumps",
     "fingerprint",
+    "issue_time",
     "load",
     "loads",
     "occupied_slots",

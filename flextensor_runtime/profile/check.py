@@ -1,8 +1,9 @@
 """Cross-reference checks of a decoded profile: what must hold for the runtime to trust it.
 
 Owns: the invariants between sections (names unique, ties resolve, blocks exist, every streamed
-tensor inside its trap's one transfer, no two transfers holding the same block bytes at once,
-sizes consistent with shapes and dtypes, predicted peak within the budget).
+tensor inside exactly one of its trap's transfers, a trap's transfers disjoint and none empty,
+no two transfers holding the same block bytes at once, sizes consistent with shapes and dtypes,
+predicted peak within the budget).
 Must not know: msgpack, files, torch.
 """
 
@@ -112,54 +113,79 @@ def _check_blocks(blocks: tuple[Block, ...]) -> dict[int, Block]:
 
 
 def occupied_slots(t: Transfer, n_traps: int) -> list[int]:
-    """Trap orders during which a transfer holds its block region (cyclic when issue_at >= trap)."""
-    if t.issue_at < t.trap:
+    """Trap orders during which a transfer holds its block region: from `issue_at` to
+    `release_after` in one iteration when `issue_at <= trap` (an on-entry copy when equal),
+    cyclically from the previous iteration's `issue_at` when `issue_at > trap`."""
+    if t.issue_at <= t.trap:
         return list(range(t.issue_at, t.release_after + 1))
     return list(range(t.issue_at, n_traps)) + list(range(t.release_after + 1))
+
+
+def _labels(schedule: tuple[Transfer, ...]) -> dict[int, str]:
+    """id(transfer) -> 'transfer K of trap T' (K counts from 1 in canonical order)."""
+    seen: dict[int, int] = defaultdict(int)
+    out = {}
+    for t in schedule:
+        seen[t.trap] += 1
+        out[id(t)] = f"transfer {seen[t.trap]} of trap {t.trap}"
+    return out
 
 
 def _check_schedule(
     profile: Profile, owner: dict[str, tuple[int, TensorEntry]], blocks: dict[int, Block]
 ) -> None:
     n = len(profile.traps)
-    by_trap: dict[int, Transfer] = {}
+    labels = _labels(profile.schedule)
+    by_trap: dict[int, list[Transfer]] = defaultdict(list)
     for t in profile.schedule:
-        label = f"transfer of trap {t.trap}"
+        label = labels[id(t)]
         if t.trap >= n or t.issue_at >= n or t.release_after >= n:
             raise _bad(f"{label} names a trap order beyond the {n} traps")
-        if t.trap in by_trap:
-            raise _bad(f"trap {t.trap} has two transfers")
-        by_trap[t.trap] = t
         block = blocks.get(t.block)
         if block is None:
             raise _bad(f"{label} names block {t.block}, which does not exist")
+        if t.bytes <= 0:
+            raise _bad(f"{label} copies {t.bytes} bytes; every transfer carries a tensor")
         if t.offset + t.bytes > block.bytes:
             raise _bad(f"{label} ends at byte {t.offset + t.bytes}, past block {t.block}'s end")
         if t.release_after < t.trap:
             raise _bad(f"{label} is released after trap {t.release_after}, before its reader")
-        if t.issue_at >= t.trap and not t.release_after < t.issue_at:
+        if t.issue_at > t.trap and not t.release_after < t.issue_at:
             raise _bad(f"{label} is held for more than one iteration")
-    _check_streamed_inside(profile, owner, by_trap)
-    _check_block_overlaps(profile, n)
+        for u in by_trap[t.trap]:
+            if u.block == t.block and u.offset + u.bytes > t.offset:
+                raise _bad(f"{labels[id(u)]} and {label} overlap in block {t.block}")
+        by_trap[t.trap].append(t)
+    _check_streamed_inside(owner, by_trap, labels)
+    _check_block_overlaps(profile, n, labels)
 
 
 def _check_streamed_inside(
-    profile: Profile, owner: dict[str, tuple[int, TensorEntry]], by_trap: dict[int, Transfer]
+    owner: dict[str, tuple[int, TensorEntry]],
+    by_trap: dict[int, list[Transfer]],
+    labels: dict[int, str],
 ) -> None:
-    spans: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    carried: set[int] = set()
+    spans: dict[tuple[int, int | None], list[tuple[int, int, str]]] = defaultdict(list)
     for name, (order, e) in owner.items():
         if e.placement == "resident" or e.tie is not None:
             continue
-        t = by_trap.get(order)
-        if t is None:
-            raise _bad(f"{e.placement} tensor {name!r} has no transfer for its trap {order}")
         assert e.offset is not None  # checked in _check_entry
-        if e.block != t.block or e.offset < t.offset or e.offset + e.bytes > t.offset + t.bytes:
-            raise _bad(f"{e.placement} tensor {name!r} lies outside its trap's transfer")
-        spans[order].append((e.offset, e.offset + e.bytes, name))
-    for order in by_trap:
-        if order not in spans:
-            raise _bad(f"trap {order} has a transfer but no streamed tensors")
+        if not by_trap.get(order):
+            raise _bad(f"{e.placement} tensor {name!r} has no transfer for its trap {order}")
+        inside = [t for t in by_trap[order] if t.block == e.block and t.offset <= e.offset
+                  and e.offset + e.bytes <= t.offset + t.bytes]  # fmt: skip
+        if not inside:
+            raise _bad(
+                f"{e.placement} tensor {name!r} (block {e.block}, bytes {e.offset}.."
+                f"{e.offset + e.bytes}) lies outside every transfer of its trap {order}"
+            )
+        carried.add(id(inside[0]))  # one at most: a trap's transfers are disjoint
+        spans[(order, e.block)].append((e.offset, e.offset + e.bytes, name))
+    for transfers in by_trap.values():
+        for t in transfers:
+            if id(t) not in carried:
+                raise _bad(f"{labels[id(t)]} carries no streamed tensor")
     for items in spans.values():
         items.sort()
         for (_, end, a), (start, _, b) in pairwise(items):
@@ -167,17 +193,17 @@ def _check_streamed_inside(
                 raise _bad(f"streamed tensors {a!r} and {b!r} overlap in their block")
 
 
-def _check_block_overlaps(profile: Profile, n: int) -> None:
+def _check_block_overlaps(profile: Profile, n: int, labels: dict[int, str]) -> None:
     active: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
     for t in profile.schedule:
         for slot in occupied_slots(t, n):
-            active[(t.block, slot)].append((t.offset, t.offset + t.bytes, t.trap))
+            active[(t.block, slot)].append((t.offset, t.offset + t.bytes, id(t)))
     for (block, slot), items in active.items():
         items.sort()
         for (_, end, a), (start, _, b) in pairwise(items):
             if start < end:
                 raise _bad(
-                    f"transfers of traps {a} and {b} hold the same bytes of block {block} "
+                    f"{labels[a]} and {labels[b]} hold the same bytes of block {block} "
                     f"during trap {slot}"
                 )
 

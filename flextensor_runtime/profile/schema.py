@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 FORMAT = "flextensor-profile"
-VERSION = 1
+VERSION = 2
 PLACEMENTS = ("resident", "streamed", "disk")
 TRAP_KINDS = ("module", "gap", "manual")
 TENSOR_KINDS = ("parameter", "buffer", "inner")
@@ -157,12 +157,14 @@ class Block:
 
 @dataclass(frozen=True)
 class Transfer:
-    """The one packed copy of a trap's streamed tensors.
+    """One packed copy of some of a trap's streamed tensors (a trap may have several).
 
     `trap` is the order of the trap whose tensors are copied into `block[offset:offset+bytes]`.
-    `issue_at` is the order of the trap at whose entry the copy is issued; a value >= `trap`
-    means the copy is issued in the previous iteration (cyclic prefetch). The block region is
-    held from `issue_at` until `release_after` has finished.
+    `issue_at` is the order of the trap at whose entry the copy is issued:
+    `issue_at < trap`: earlier in the same iteration; `issue_at == trap`: at the entry of the
+    trap itself (an on-entry copy: issued as the trap is entered, after the copies issued before
+    it, and waited for by the trap); `issue_at > trap`: in the previous iteration (cyclic
+    prefetch). The block region is held from `issue_at` until `release_after` has finished.
     """
 
     trap: int
@@ -207,7 +209,9 @@ class Profile(_Normalized):
         object.__setattr__(self, "untrapped", tuple(sorted(self.untrapped, key=lambda t: t.name)))
         object.__setattr__(self, "blocks", tuple(sorted(self.blocks, key=lambda b: b.id)))
         object.__setattr__(
-            self, "schedule", tuple(sorted(self.schedule, key=lambda s: (s.trap, s.block)))
+            self,
+            "schedule",
+            tuple(sorted(self.schedule, key=lambda s: (s.trap, s.block, s.offset))),
         )
 
     def all_tensors(self) -> Iterable[TensorEntry]:
@@ -216,12 +220,24 @@ class Profile(_Normalized):
             yield from trap.tensors
         yield from self.untrapped
 
+    def transfers_for(self, trap_order: int) -> tuple[Transfer, ...]:
+        """The transfers of trap `trap_order`'s streamed tensors, in issue order: cyclic ones
+        (previous iteration) first, then by issuing trap, on-entry ones last; ties by block and
+        offset."""
+        n = len(self.traps)
+        own = [t for t in self.schedule if t.trap == trap_order]
+        return tuple(sorted(own, key=lambda t: (issue_time(t, n), t.block, t.offset)))
+
     def transfer_for(self, trap_order: int) -> Transfer | None:
-        """The transfer that copies trap `trap_order`'s streamed tensors, if any."""
-        for transfer in self.schedule:
-            if transfer.trap == trap_order:
-                return transfer
-        return None
+        """The first transfer (in issue order) of trap `trap_order`'s streamed tensors, if any."""
+        own = self.transfers_for(trap_order)
+        return own[0] if own else None
+
+
+def issue_time(t: Transfer, n_traps: int) -> int:
+    """When `t` is issued, as a trap order relative to the start of its reader's iteration
+    (negative: in the previous iteration)."""
+    return t.issue_at - n_traps if t.issue_at > t.trap else t.issue_at
 
 
 def fingerprint(entries: Iterable[TensorEntry]) -> ModelFingerprint:

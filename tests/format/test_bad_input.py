@@ -101,8 +101,10 @@ def test_cross_reference_errors() -> None:
     cases = {
         "past block 0's end": _replace(blocks=(Block(0, 16), golden.blocks[1])),
         "has no transfer": _replace(schedule=tuple(s[1:])),
-        "two transfers": _replace(schedule=(*s, dataclasses.replace(s[0], block=1))),
-        "hold the same bytes": _replace(
+        "transfer 2 of trap 1 carries no streamed tensor": _replace(
+            schedule=(*s, dataclasses.replace(s[0], block=1))
+        ),
+        "transfer 1 of trap 1 and transfer 1 of trap 3 hold the same bytes": _replace(
             schedule=(dataclasses.replace(s[0], issue_at=6, release_after=2), *s[1:])
         ),
         "before its reader": _replace(

@@ -27,7 +27,7 @@ def test_json_document_has_the_stable_fields() -> None:
     doc = json.loads(r.stdout)
     for key, kind in REQUIRED.items():
         assert isinstance(doc[key], kind), key
-    assert doc["format"] == "flextensor-profile" and doc["version"] == 1
+    assert doc["format"] == "flextensor-profile" and doc["version"] == 2
     assert set(doc["device"]) >= {"name", "memory_bytes", "h2d_bytes_per_s"}
     assert doc["budget_bytes"] == 4 << 20
     assert doc["blocks"] == [{"id": b.id, "bytes": b.bytes} for b in format_golden().blocks]

@@ -195,15 +195,16 @@ def _check_streamed_inside(
 
 def _check_block_overlaps(profile: Profile, n: int, labels: dict[int, str]) -> None:
     active: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for t in profile.schedule:
+    for k, t in enumerate(profile.schedule):  # k breaks ties: messages do not depend on ids
         for slot in occupied_slots(t, n):
-            active[(t.block, slot)].append((t.offset, t.offset + t.bytes, id(t)))
+            active[(t.block, slot)].append((t.offset, t.offset + t.bytes, k))
     for (block, slot), items in active.items():
         items.sort()
         for (_, end, a), (start, _, b) in pairwise(items):
             if start < end:
+                ta, tb = profile.schedule[a], profile.schedule[b]
                 raise _bad(
-                    f"{labels[a]} and {labels[b]} hold the same bytes of block {block} "
+                    f"{labels[id(ta)]} and {labels[id(tb)]} hold the same bytes of block {block} "
                     f"during trap {slot}"
                 )
 

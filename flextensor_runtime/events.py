@@ -2,7 +2,7 @@
 
 Owns: the event kinds and their fields, a bounded log, and typed records for readers (tests,
 the report). Events: ("enter", trap), ("exit", trap), ("issue", transfer_trap, block, at_trap,
-bytes, demand), ("complete", transfer_trap) [synchronous backends only], ("wait", transfer_trap,
+bytes, demand, offset), ("complete", transfer_trap) [synchronous backends only], ("wait", transfer_trap,
 at_trap), ("reuse", block, new_transfer_trap, old_transfer_trap), ("release", transfer_trap,
 at_trap), ("free", transfer_trap). `at_trap` is -1 for copies issued at install.
 Must not know: torch, backends, models.
@@ -19,7 +19,7 @@ __all__ = ["EVENT_FIELDS", "Event", "EventLog"]
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "enter": ("trap",),
     "exit": ("trap",),
-    "issue": ("transfer", "block", "at", "bytes", "demand"),
+    "issue": ("transfer", "block", "at", "bytes", "demand", "offset"),
     "complete": ("transfer",),
     "wait": ("transfer", "at"),
     "reuse": ("block", "transfer", "previous"),

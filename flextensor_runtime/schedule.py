@@ -1,9 +1,10 @@
 """The profile's schedule as the lookup tables the traps use at run time.
 
-Owns: per trap, which transfers it reads (its own, plus those of tied tensors placed in another
-trap's transfer), which transfers it issues on entry, which it releases, which block regions
-conflict (overlapping bytes of one block), the cyclic prologue issued at install, and which gap
-traps have no module and so run right after the trap before them ("virtual" gaps).
+Owns: per transfer, the streamed tensors it carries; per trap, which transfers it reads (all its
+own, plus those carrying the canonical tensors its tied tensors alias), which transfers it
+issues on entry and in what order, which it releases, which block regions conflict
+(overlapping bytes of one block), the cyclic prologue issued at install, and which gap traps
+have no module and so run right after the trap before them ("virtual" gaps).
 Must not know: torch, backends, models (it works on the profile's plain data).
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from flextensor_runtime.errors import InstallError
 from flextensor_runtime.profile import Profile, TensorEntry, Transfer, occupied_slots
 
-__all__ = ["Tables", "TransferPlan", "build_tables"]
+__all__ = ["Tables", "TransferPlan", "build_tables", "entry_issue_order"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Tables:
 
     transfers: tuple[TransferPlan, ...]
     reads: tuple[tuple[int, ...], ...]
-    issues: tuple[tuple[int, ...], ...]
+    issues: tuple[tuple[int, ...], ...]  # in `entry_issue_order`
     releases: tuple[tuple[int, ...], ...]
     prologue: tuple[int, ...]  # cyclic transfers in flight when an iteration starts
     virtual_after: tuple[tuple[int, ...], ...]  # gap traps without a module run at this exit
@@ -43,17 +44,20 @@ def _overlaps(a: Transfer, b: Transfer) -> bool:
     return a.block == b.block and a.offset < b.offset + b.bytes and b.offset < a.offset + a.bytes
 
 
-def _reads(profile: Profile, index_of_trap: dict[int, int]) -> list[list[int]]:
-    owner = {e.name: order for order, trap in enumerate(profile.traps) for e in trap.tensors}
+def _inside(e: TensorEntry, t: Transfer) -> bool:
+    assert e.offset is not None  # streamed entries have offsets (check_profile)
+    return e.block == t.block and t.offset <= e.offset and e.offset + e.bytes <= t.offset + t.bytes
+
+
+def _reads(profile: Profile, schedule: list[Transfer], carrier: dict[str, int]) -> list[list[int]]:
     reads: list[list[int]] = [[] for _ in profile.traps]
+    for k, t in enumerate(schedule):
+        reads[t.trap].append(k)
     for order, trap in enumerate(profile.traps):
-        own = index_of_trap.get(order)
-        if own is not None:
-            reads[order].append(own)
         for e in trap.tensors:
             if e.tie is None or e.placement == "resident":
                 continue
-            other = index_of_trap.get(owner.get(e.tie, -1))
+            other = carrier.get(e.tie)
             if other is None:
                 raise InstallError(
                     f"tied tensor {e.name!r} is streamed but {e.tie!r} has no transfer; "
@@ -71,7 +75,7 @@ def _check_reads_held(profile: Profile, reads: list[list[int]], plans: list[Tran
             t = plans[k].transfer
             if order not in occupied_slots(t, n):
                 raise InstallError(
-                    f"trap {profile.traps[order].name!r} reads the transfer of trap {t.trap} "
+                    f"trap {profile.traps[order].name!r} reads a transfer of trap {t.trap} "
                     f"outside its holding window ({t.issue_at}..{t.release_after}); recompile "
                     "the profile so the transfer is held until its last reader"
                 )
@@ -93,32 +97,42 @@ def _virtual_after(n: int, virtual: set[int]) -> list[tuple[int, ...]]:
     return out
 
 
+def entry_issue_order(schedule: list[Transfer], at: int, n_traps: int) -> list[int]:
+    """Indices of the copies issued at the entry of trap `at`, in the order they are issued:
+    those of trap `at` itself first (on-entry copies), then by trap order cyclically after
+    `at`, then by block and offset."""
+    mine = [k for k, t in enumerate(schedule) if t.issue_at == at]
+    return sorted(mine, key=lambda k: ((schedule[k].trap - at) % n_traps, schedule[k].block,
+                                       schedule[k].offset))  # fmt: skip
+
+
 def build_tables(profile: Profile, virtual: set[int]) -> Tables:
     """Tables for `profile`; `virtual` = orders of gap traps with no module. Conflicts follow
     the block layout in every mode (per-use copies are freed where a block would be reused)."""
     n = len(profile.traps)
-    schedule = sorted(profile.schedule, key=lambda t: t.trap)
-    index_of_trap = {t.trap: k for k, t in enumerate(schedule)}
+    schedule = sorted(profile.schedule, key=lambda t: (t.trap, t.block, t.offset))
     plans = []
+    carrier: dict[str, int] = {}
     for k, t in enumerate(schedule):
         entries = tuple(
-            e for e in profile.traps[t.trap].tensors if e.placement != "resident" and e.tie is None
-        )
+            e for e in profile.traps[t.trap].tensors
+            if e.placement != "resident" and e.tie is None and _inside(e, t)
+        )  # fmt: skip
+        carrier.update((e.name, k) for e in entries)
         conflicts = tuple(j for j, u in enumerate(schedule) if j != k and _overlaps(t, u))
         plans.append(TransferPlan(k, t, entries, conflicts))
-    reads = _reads(profile, index_of_trap)
+    reads = _reads(profile, schedule, carrier)
     _check_reads_held(profile, reads, plans)
-    issues: list[list[int]] = [[] for _ in range(n)]
     releases: list[list[int]] = [[] for _ in range(n)]
     for k, t in enumerate(schedule):
-        issues[t.issue_at].append(k)
         releases[t.release_after].append(k)
-    cyclic = sorted((k for k, t in enumerate(schedule) if t.issue_at >= t.trap),
-                    key=lambda k: schedule[k].issue_at)  # fmt: skip
+    cyclic = sorted((k for k, t in enumerate(schedule) if t.issue_at > t.trap),
+                    key=lambda k: (schedule[k].issue_at, schedule[k].trap, schedule[k].block,
+                                   schedule[k].offset))  # fmt: skip
     return Tables(
         transfers=tuple(plans),
         reads=tuple(tuple(r) for r in reads),
-        issues=tuple(tuple(i) for i in issues),
+        issues=tuple(tuple(entry_issue_order(schedule, i, n)) for i in range(n)),
         releases=tuple(tuple(r) for r in releases),
         prologue=tuple(cyclic),
         virtual_after=tuple(_virtual_after(n, virtual)),

@@ -2,8 +2,9 @@
 
 Owns: arming measurement for the next N iterations of an installed model, turning the measured
 per-trap times into a new plan (same placements and blocks; each copy re-issued as late as its
-measured transfer window allows, never before the previous holder of its bytes is released),
-re-predicting stalls, swapping the new schedule into the running traps, and saving it.
+measured transfer window allows, never before the previous holder of its bytes is released;
+at the entry of its own trap when that holder is the trap just before, and never after a trap
+that reads it through a tied tensor), re-predicting stalls, swapping the new schedule into the running traps, and saving it.
 Must not know: the compiler's solver, files beyond `profile.save`.
 """
 
@@ -19,7 +20,7 @@ from torch import nn
 from flextensor_runtime import profile as profile_format
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import Predicted, Profile, Transfer
-from flextensor_runtime.schedule import build_tables
+from flextensor_runtime.schedule import build_tables, entry_issue_order
 from flextensor_runtime.traps import Runtime
 
 __all__ = ["ReplanRequest", "rebuild_schedule", "replan"]
@@ -47,12 +48,29 @@ def _overlaps(a: Transfer, b: Transfer) -> bool:
     return a.block == b.block and a.offset < b.offset + b.bytes and b.offset < a.offset + a.bytes
 
 
+def _early_readers(profile: Profile) -> dict[int, int]:
+    """id(transfer) -> the first trap before the transfer's own that reads it (a tied tensor)."""
+    owner = {e.name: i for i, trap in enumerate(profile.traps) for e in trap.tensors}
+    out: dict[int, int] = {}
+    for i, trap in enumerate(profile.traps):
+        for e in trap.tensors:
+            if e.tie is None or e.placement == "resident" or owner.get(e.tie, -1) <= i:
+                continue
+            for t in profile.schedule:
+                if t.trap == owner[e.tie] and t.block == e.block and e.offset is not None \
+                        and t.offset <= e.offset < t.offset + t.bytes:  # fmt: skip
+                    out[id(t)] = min(out.get(id(t), i), i)
+    return out
+
+
 def rebuild_schedule(profile: Profile, compute_ms: Sequence[float]) -> Profile:
     """Same placements and blocks; each transfer issued at the latest trap whose window hides
-    its copy (or the earliest its bytes are free); new predictions. Pure: no torch, no clock."""
+    its copy (or the earliest its bytes are free; at its own trap's entry when that is the
+    trap's order); new predictions. Pure: no torch, no clock."""
     n = len(profile.traps)
     dev = profile.device
     schedule = []
+    early = _early_readers(profile)
     for t in profile.schedule:
         prev = t.release_after - n  # no conflicting holder: the previous iteration's own copy
         for u in profile.schedule:
@@ -65,6 +83,7 @@ def rebuild_schedule(profile: Profile, compute_ms: Sequence[float]) -> Profile:
             if _window_ms(compute_ms, p, t.trap, n) >= copy_ms:
                 pos = p
                 break
+        pos = min(pos, early.get(id(t), pos))
         schedule.append(replace(t, issue_at=pos % n))
     traps = tuple(
         replace(tr, compute_ms=float(ms)) for tr, ms in zip(profile.traps, compute_ms, strict=True)
@@ -75,21 +94,23 @@ def rebuild_schedule(profile: Profile, compute_ms: Sequence[float]) -> Profile:
 
 
 def _predict(profile: Profile) -> Predicted:
-    """One steady-state iteration: copies serial on one stream, traps wait for their copy."""
+    """One steady-state iteration: copies serial on one stream in the runtime's issue order,
+    each trap waits for all its transfers; cyclic copies are done when the iteration starts."""
     dev = profile.device
-    ready = {t.trap: 0.0 for t in profile.schedule if t.issue_at >= t.trap}
+    n = len(profile.traps)
+    schedule = sorted(profile.schedule, key=lambda t: (t.trap, t.block, t.offset))
+    ready = [0.0] * len(schedule)
     copy_free, now = 0.0, 0.0
     stalls = []
     for i, trap in enumerate(profile.traps):
-        for t in profile.schedule:
-            if t.issue_at != i:
-                continue
+        for k in entry_issue_order(schedule, i, n):
+            t = schedule[k]
             copy_free = (
                 max(now, copy_free) + t.bytes / dev.h2d_bytes_per_s * 1e3 + dev.h2d_latency_ms
             )
             if t.issue_at <= t.trap:
-                ready[t.trap] = copy_free
-        start = max(now, ready.get(i, 0.0))
+                ready[k] = copy_free
+        start = max([now, *(ready[k] for k, t in enumerate(schedule) if t.trap == i)])
         stalls.append(start - now)
         now = start + trap.compute_ms
     p = profile.predicted

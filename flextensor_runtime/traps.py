@@ -1,7 +1,8 @@
 """Direct inference traps: what happens when a trapped module is entered and exited.
 
 Owns: the per-transfer state machine (valid / active / events), issuing the schedule's copies at
-trap entry, waiting for a trap's own transfer, recording release events at exit, demand loads
+trap entry (in `Tables.issues` order: the trap's own on-entry copies first), waiting for every
+transfer the trap reads, recording release events at exit, demand loads
 when execution departs from the planned order (counted as stalls), the inference-only guard,
 and per-trap counters. On CUDA nothing here synchronises the host.
 Must not know: profiles on disk, how blocks and host buffers were allocated or filled, models
@@ -29,7 +30,7 @@ class TrapCounters:
     """Per-trap counters since install (or the last `reset`)."""
 
     calls: int = 0
-    stalls: int = 0  # entries whose transfer had not been issued in time (demand loads)
+    stalls: int = 0  # transfers read here that had not been issued in time (demand loads)
     issued: int = 0  # copies issued at this trap's entry
     bytes_issued: int = 0
     enter_ns: int = 0  # host time spent in entry (issuing, waiting)
@@ -106,7 +107,7 @@ class Runtime:
         valid[k] = True
         if log is not None:
             t = plan.transfer
-            log.append(("issue", t.trap, t.block, at, t.bytes, demand))
+            log.append(("issue", t.trap, t.block, at, t.bytes, demand, t.offset))
             if self._sync:
                 log.append(("complete", t.trap))
         if at >= 0:

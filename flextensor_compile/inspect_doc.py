@@ -33,7 +33,8 @@ def _traps(profile: Profile) -> list[dict[str, Any]]:
     rows = []
     for order, trap in enumerate(profile.traps):
         resident, streamed, disk = trap_bytes(trap)
-        transfer = profile.transfer_for(order)
+        transfers = profile.transfers_for(order)  # in issue order; the first one is summarised
+        transfer = transfers[0] if transfers else None
         rows.append({
             "name": trap.name, "order": order, "kind": trap.kind, "compute_ms": trap.compute_ms,
             "calls": trap.calls, "resident_bytes": resident, "streamed_bytes": streamed + disk,
@@ -42,6 +43,9 @@ def _traps(profile: Profile) -> list[dict[str, Any]]:
             "prefetch_at": transfer.issue_at if transfer else None,
             "release_after": transfer.release_after if transfer else None,
             "stall_ms": stalls[order] if stalls else None,
+            "transfers": [{"block": t.block, "offset": t.offset, "bytes": t.bytes,
+                           "issue_at": t.issue_at, "release_after": t.release_after}
+                          for t in transfers],
         })  # fmt: skip
     return rows
 

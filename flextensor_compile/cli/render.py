@@ -92,8 +92,9 @@ def _short_bytes(n: int) -> str:
 
 def _trap_table(doc: dict[str, Any]) -> Table:
     table = Table(
-        title="traps in execution order (ms: compute per call; prefetch: the trap during which "
-        "the copy is issued, ↺ in the previous iteration; stall: predicted wait, ms)",
+        title="traps in execution order (ms: compute per call; block, prefetch: of the trap's "
+        "first copy, ×N when it has N; prefetch: the trap during which the copy is issued, ↺ in "
+        "the previous iteration, ↓ at the trap's own entry; stall: predicted wait, ms)",
         title_justify="left",
         header_style="bold",
         box=box.SIMPLE_HEAD,
@@ -109,13 +110,14 @@ def _trap_table(doc: dict[str, Any]) -> Table:
             col, justify="left" if col == "kind" else "right", no_wrap=True, min_width=len(col)
         )
     for t in doc["traps"]:
-        cyclic = t["prefetch_at"] is not None and t["prefetch_at"] >= t["order"]
-        prefetch = "-" if t["prefetch_at"] is None else (
-            f"{t['prefetch_at']}{'↺' if cyclic else ''}")  # fmt: skip
+        at, order = t["prefetch_at"], t["order"]
+        mark = "" if at is None or at < order else ("↺" if at > order else "↓")
+        prefetch = "-" if at is None else f"{at}{mark}"
+        count = len(t.get("transfers", ()))
+        block = "-" if t["block"] is None else f"{t['block']}{f'×{count}' if count > 1 else ''}"
         table.add_row(
             str(t["order"]), t["name"], t["kind"], _ms(t["compute_ms"]),
-            _short_bytes(t["resident_bytes"]), _short_bytes(t["streamed_bytes"]),
-            "-" if t["block"] is None else str(t["block"]), prefetch,
+            _short_bytes(t["resident_bytes"]), _short_bytes(t["streamed_bytes"]), block, prefetch,
             "-" if t["stall_ms"] is None else _ms(t["stall_ms"]),
         )  # fmt: skip
     return table

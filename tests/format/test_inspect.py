@@ -86,3 +86,39 @@ def test_debug_flag_after_the_command_shows_the_traceback(tmp_path: Path) -> Non
     assert r.returncode == 1, r.stderr
     assert "Traceback" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("ftc: invalid profile: ")
+
+
+def test_json_lists_every_transfer_of_a_trap(tmp_path: Path) -> None:
+    from flextensor_runtime.profile import save
+    from tests.runtime.models import block_names, tiny_lm
+    from tests.runtime.split_plans import on_entry, split_profile
+
+    model = tiny_lm()
+    order = block_names(model)
+    profile = split_profile(model, order, on_entry(model, (1, 2, 3, 4), order),
+                            "allocation_block_transfer")  # fmt: skip
+    path = save(profile, tmp_path / "split.msgpack")
+    doc = json.loads(_ftc("inspect", "--json", str(path)).stdout)
+    for row in doc["traps"]:
+        own = profile.transfers_for(row["order"])
+        assert row["transfers"] == [
+            {"block": t.block, "offset": t.offset, "bytes": t.bytes, "issue_at": t.issue_at,
+             "release_after": t.release_after} for t in own
+        ]  # fmt: skip
+        if own:  # the summary fields come from the first copy issued
+            assert (row["block"], row["prefetch_at"]) == (own[0].block, own[0].issue_at)
+    blocks_2 = doc["traps"][2]
+    assert [t["issue_at"] for t in blocks_2["transfers"]] == [1, 2]  # prefetch, then on entry
+    human = _ftc("inspect", str(path)).stdout
+    row = next(line for line in human.splitlines() if "blocks.1" in line)
+    assert f"{blocks_2['block']}×2" in row.split()
+
+
+def test_golden_trap_transfers_match_the_schedule() -> None:
+    doc = json.loads(_ftc("inspect", "--json", str(GOLDEN)).stdout)
+    golden = format_golden()
+    listed = sorted((t["order"], u["block"], u["offset"], u["bytes"], u["issue_at"],
+                     u["release_after"]) for t in doc["traps"] for u in t["transfers"])  # fmt: skip
+    assert listed == sorted(
+        (t.trap, t.block, t.offset, t.bytes, t.issue_at, t.release_after) for t in golden.schedule
+    )

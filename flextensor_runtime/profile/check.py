@@ -121,13 +121,13 @@ def occupied_slots(t: Transfer, n_traps: int) -> list[int]:
     return list(range(t.issue_at, n_traps)) + list(range(t.release_after + 1))
 
 
-def _labels(schedule: tuple[Transfer, ...]) -> dict[int, str]:
-    """id(transfer) -> 'transfer K of trap T' (K counts from 1 in canonical order)."""
+def _labels(schedule: tuple[Transfer, ...]) -> list[str]:
+    """Per schedule index: 'transfer K of trap T' (K counts from 1 in canonical order)."""
     seen: dict[int, int] = defaultdict(int)
-    out = {}
+    out = []
     for t in schedule:
         seen[t.trap] += 1
-        out[id(t)] = f"transfer {seen[t.trap]} of trap {t.trap}"
+        out.append(f"transfer {seen[t.trap]} of trap {t.trap}")
     return out
 
 
@@ -136,9 +136,9 @@ def _check_schedule(
 ) -> None:
     n = len(profile.traps)
     labels = _labels(profile.schedule)
-    by_trap: dict[int, list[Transfer]] = defaultdict(list)
-    for t in profile.schedule:
-        label = labels[id(t)]
+    by_trap: dict[int, list[int]] = defaultdict(list)  # trap order -> schedule indices
+    for k, t in enumerate(profile.schedule):
+        label = labels[k]
         if t.trap >= n or t.issue_at >= n or t.release_after >= n:
             raise _bad(f"{label} names a trap order beyond the {n} traps")
         block = blocks.get(t.block)
@@ -152,18 +152,20 @@ def _check_schedule(
             raise _bad(f"{label} is released after trap {t.release_after}, before its reader")
         if t.issue_at > t.trap and not t.release_after < t.issue_at:
             raise _bad(f"{label} is held for more than one iteration")
-        for u in by_trap[t.trap]:
+        for j in by_trap[t.trap]:  # canonical order: earlier ones start at or before t
+            u = profile.schedule[j]
             if u.block == t.block and u.offset + u.bytes > t.offset:
-                raise _bad(f"{labels[id(u)]} and {label} overlap in block {t.block}")
-        by_trap[t.trap].append(t)
-    _check_streamed_inside(owner, by_trap, labels)
+                raise _bad(f"{labels[j]} and {label} overlap in block {t.block}")
+        by_trap[t.trap].append(k)
+    _check_streamed_inside(profile, owner, by_trap, labels)
     _check_block_overlaps(profile, n, labels)
 
 
 def _check_streamed_inside(
+    profile: Profile,
     owner: dict[str, tuple[int, TensorEntry]],
-    by_trap: dict[int, list[Transfer]],
-    labels: dict[int, str],
+    by_trap: dict[int, list[int]],
+    labels: list[str],
 ) -> None:
     carried: set[int] = set()
     spans: dict[tuple[int, int | None], list[tuple[int, int, str]]] = defaultdict(list)
@@ -173,19 +175,18 @@ def _check_streamed_inside(
         assert e.offset is not None  # checked in _check_entry
         if not by_trap.get(order):
             raise _bad(f"{e.placement} tensor {name!r} has no transfer for its trap {order}")
-        inside = [t for t in by_trap[order] if t.block == e.block and t.offset <= e.offset
-                  and e.offset + e.bytes <= t.offset + t.bytes]  # fmt: skip
+        inside = [k for k in by_trap[order] if _holds(profile.schedule[k], e)]
         if not inside:
             raise _bad(
                 f"{e.placement} tensor {name!r} (block {e.block}, bytes {e.offset}.."
                 f"{e.offset + e.bytes}) lies outside every transfer of its trap {order}"
             )
-        carried.add(id(inside[0]))  # one at most: a trap's transfers are disjoint
+        carried.add(inside[0])  # one at most: a trap's transfers are disjoint
         spans[(order, e.block)].append((e.offset, e.offset + e.bytes, name))
-    for transfers in by_trap.values():
-        for t in transfers:
-            if id(t) not in carried:
-                raise _bad(f"{labels[id(t)]} carries no streamed tensor")
+    for indices in by_trap.values():
+        for k in indices:
+            if k not in carried:
+                raise _bad(f"{labels[k]} carries no streamed tensor")
     for items in spans.values():
         items.sort()
         for (_, end, a), (start, _, b) in pairwise(items):
@@ -193,18 +194,22 @@ def _check_streamed_inside(
                 raise _bad(f"streamed tensors {a!r} and {b!r} overlap in their block")
 
 
-def _check_block_overlaps(profile: Profile, n: int, labels: dict[int, str]) -> None:
+def _holds(t: Transfer, e: TensorEntry) -> bool:
+    assert e.offset is not None
+    return e.block == t.block and t.offset <= e.offset and e.offset + e.bytes <= t.offset + t.bytes
+
+
+def _check_block_overlaps(profile: Profile, n: int, labels: list[str]) -> None:
     active: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for k, t in enumerate(profile.schedule):  # k breaks ties: messages do not depend on ids
+    for k, t in enumerate(profile.schedule):
         for slot in occupied_slots(t, n):
             active[(t.block, slot)].append((t.offset, t.offset + t.bytes, k))
     for (block, slot), items in active.items():
         items.sort()
         for (_, end, a), (start, _, b) in pairwise(items):
             if start < end:
-                ta, tb = profile.schedule[a], profile.schedule[b]
                 raise _bad(
-                    f"{labels[id(ta)]} and {labels[id(tb)]} hold the same bytes of block {block} "
+                    f"{labels[a]} and {labels[b]} hold the same bytes of block {block} "
                     f"during trap {slot}"
                 )
 

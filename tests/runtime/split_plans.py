@@ -5,7 +5,7 @@ copy's offset in its block; every other tensor is resident. Blocks are sized to 
 byte. Three layouts: `two_blocks` (each streamed trap split over two blocks), `on_entry` (a
 trap's second copy goes, at its own entry, into bytes the trap before it just released), and
 `ring` (every streamed trap in one block, consecutive traps sharing it through offsets, the bytes
-the previous trap still holds copied on entry).
+the previous trap still holds copied on entry). A tied alias is placed with its canonical tensor.
 """
 
 from __future__ import annotations
@@ -81,6 +81,11 @@ def split_profile(
                                  c.release_after))  # fmt: skip
         ends[c.block] = max(ends.get(c.block, 0), _align(off))
     final = [placed.get(e.name, e) for e in entries]
+    for j, e in enumerate(final):  # a tied alias takes its canonical tensor's place
+        c = placed.get(e.tie or "")
+        if c is not None:
+            final[j] = TensorEntry(e.name, e.bytes, e.dtype, e.shape, e.stride, c.placement,
+                                   c.block, c.offset, e.tie, e.kind)  # fmt: skip
     owner = {e.name: _owner(e.name, order) for e in final}
     traps = tuple(
         Trap(name, "module", 1.0, tuple(e for e in final if owner[e.name] == i))

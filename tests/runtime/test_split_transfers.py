@@ -207,3 +207,81 @@ def test_version_1_file_is_refused(tmp_path) -> None:
         load(path)
     message = str(info.value)
     assert "version 1" in message and "recompile" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tied_alias_reads_the_transfer_carrying_its_canonical(mode: str) -> None:
+    # embed.weight (trap 0) is copied on entry into a block of its own and held until the head
+    # (trap 6), whose weight is tied to it, has run
+    model = tiny_lm()
+    order = block_names(model)
+    n = len(order)
+    copies = [*two_blocks(model, STREAMED, order), Copy(0, 4, 0, 0, n - 1, ("embed.weight",))]
+    profile = split_profile(model, order, copies, mode)
+    check_profile(profile)
+    head = next(e for e in profile.traps[n - 1].tensors if e.name == "head.weight")
+    assert head.placement == "streamed" and head.block == 4
+    ids = _ids()
+    with torch.no_grad():
+        plain = model(ids)
+    h = deploy(model, profile)
+    tables = h.deployment.tables
+    assert tables is not None
+    embed_k = next(p.index for p in tables.transfers if p.transfer.trap == 0)
+    assert embed_k in tables.reads[n - 1] and tables.prologue == tuple(
+        p.index for p in tables.transfers if p.transfer.issue_at > p.transfer.trap
+    )
+    with torch.no_grad():
+        for _ in range(ITERS):
+            assert torch.equal(model(ids), plain)
+    assert h.report().stalls == 0
+    waits = [e["at"] for e in h.events.of_kind("wait") if e["transfer"] == 0]
+    assert waits.count(n - 1) == ITERS and waits.count(0) == ITERS
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_demand_loads_each_transfer_off_plan(layout: str, mode: str) -> None:
+    # a block called on its own, after a full forward, finds its transfers overwritten (or
+    # freed) and loads each of them on entry
+    model, profile = _profile(layout, mode)
+    ids = _ids()
+    x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        plain, plain_block = model(ids), model.blocks[1](x)
+    h = deploy(model, profile)
+    with torch.no_grad():
+        model(ids)
+        h.deployment.runtime.reset_counters()
+        assert torch.equal(model.blocks[1](x), plain_block)
+        demand = [e for e in h.events.of_kind("issue") if e["demand"]]
+        for _ in range(2):
+            assert torch.equal(model(ids), plain)
+    own = [t for t in profile.schedule if t.trap == 2]
+    stalled = h.report().traps[2].stalls
+    assert 1 <= stalled <= len(own) and len(demand) == stalled
+    assert {(e["block"], e["offset"]) for e in demand} <= {(t.block, t.offset) for t in own}
+
+
+def test_runtime_replan_of_a_ring_keeps_outputs(tmp_path) -> None:
+    from flextensor_runtime.strategy_replan import replan
+
+    model, profile = _profile("ring")
+    ids = _ids()
+    with torch.no_grad():
+        plain = model(ids)
+    h = deploy(model, profile)
+    request = replan(model, iters=2, save=tmp_path / "ring2.msgpack")
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(model(ids), plain)
+    assert request.profile is not None
+    new = load(tmp_path / "ring2.msgpack")
+    assert [(t.trap, t.block, t.offset, t.bytes) for t in new.schedule] == [
+        (t.trap, t.block, t.offset, t.bytes) for t in profile.schedule
+    ]
+    assert any(t.issue_at == t.trap for t in new.schedule)  # the shared bytes stay on entry
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(model(ids), plain)
+    assert h.report().stalls == 0

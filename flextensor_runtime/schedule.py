@@ -97,13 +97,17 @@ def _virtual_after(n: int, virtual: set[int]) -> list[tuple[int, ...]]:
     return out
 
 
-def entry_issue_order(schedule: list[Transfer], at: int, n_traps: int) -> list[int]:
-    """Indices of the copies issued at the entry of trap `at`, in the order they are issued:
-    those of trap `at` itself first (on-entry copies), then by trap order cyclically after
-    `at`, then by block and offset."""
-    mine = [k for k, t in enumerate(schedule) if t.issue_at == at]
-    return sorted(mine, key=lambda k: ((schedule[k].trap - at) % n_traps, schedule[k].block,
-                                       schedule[k].offset))  # fmt: skip
+def entry_issue_order(schedule: list[Transfer], n_traps: int) -> list[list[int]]:
+    """Per trap order, the indices of the copies issued at its entry, in the order they are
+    issued: those of the trap itself first (on-entry copies), then by trap order cyclically
+    after it, then by block and offset."""
+    out: list[list[int]] = [[] for _ in range(n_traps)]
+    for k, t in enumerate(schedule):
+        out[t.issue_at].append(k)
+    for at, mine in enumerate(out):
+        mine.sort(key=lambda k: ((schedule[k].trap - at) % n_traps, schedule[k].block,
+                                 schedule[k].offset))  # fmt: skip
+    return out
 
 
 def build_tables(profile: Profile, virtual: set[int]) -> Tables:
@@ -132,7 +136,7 @@ def build_tables(profile: Profile, virtual: set[int]) -> Tables:
     return Tables(
         transfers=tuple(plans),
         reads=tuple(tuple(r) for r in reads),
-        issues=tuple(tuple(entry_issue_order(schedule, i, n)) for i in range(n)),
+        issues=tuple(tuple(i) for i in entry_issue_order(schedule, n)),
         releases=tuple(tuple(r) for r in releases),
         prologue=tuple(cyclic),
         virtual_after=tuple(_virtual_after(n, virtual)),

@@ -19,7 +19,7 @@ from torch import nn
 
 from flextensor_runtime import profile as profile_format
 from flextensor_runtime.errors import ConfigError
-from flextensor_runtime.profile import Predicted, Profile, Transfer
+from flextensor_runtime.profile import Predicted, Profile, TensorEntry, Transfer
 from flextensor_runtime.schedule import build_tables, entry_issue_order
 from flextensor_runtime.traps import Runtime
 
@@ -48,6 +48,10 @@ def _overlaps(a: Transfer, b: Transfer) -> bool:
     return a.block == b.block and a.offset < b.offset + b.bytes and b.offset < a.offset + a.bytes
 
 
+def _carries(t: Transfer, e: TensorEntry) -> bool:
+    return e.block == t.block and e.offset is not None and t.offset <= e.offset < t.offset + t.bytes
+
+
 def _early_readers(profile: Profile) -> dict[int, int]:
     """id(transfer) -> the first trap before the transfer's own that reads it (a tied tensor)."""
     owner = {e.name: i for i, trap in enumerate(profile.traps) for e in trap.tensors}
@@ -57,8 +61,7 @@ def _early_readers(profile: Profile) -> dict[int, int]:
             if e.tie is None or e.placement == "resident" or owner.get(e.tie, -1) <= i:
                 continue
             for t in profile.schedule:
-                if t.trap == owner[e.tie] and t.block == e.block and e.offset is not None \
-                        and t.offset <= e.offset < t.offset + t.bytes:  # fmt: skip
+                if t.trap == owner[e.tie] and _carries(t, e):
                     out[id(t)] = min(out.get(id(t), i), i)
     return out
 
@@ -100,19 +103,22 @@ def _predict(profile: Profile) -> Predicted:
     n = len(profile.traps)
     schedule = sorted(profile.schedule, key=lambda t: (t.trap, t.block, t.offset))
     ready = [0.0] * len(schedule)
+    own: list[list[int]] = [[] for _ in range(n)]
+    for k, t in enumerate(schedule):
+        own[t.trap].append(k)
     copy_free, now = 0.0, 0.0
     stalls = []
-    for i, trap in enumerate(profile.traps):
-        for k in entry_issue_order(schedule, i, n):
+    for i, issued in enumerate(entry_issue_order(schedule, n)):
+        for k in issued:
             t = schedule[k]
             copy_free = (
                 max(now, copy_free) + t.bytes / dev.h2d_bytes_per_s * 1e3 + dev.h2d_latency_ms
             )
             if t.issue_at <= t.trap:
                 ready[k] = copy_free
-        start = max([now, *(ready[k] for k, t in enumerate(schedule) if t.trap == i)])
+        start = max([now, *(ready[k] for k in own[i])])
         stalls.append(start - now)
-        now = start + trap.compute_ms
+        now = start + profile.traps[i].compute_ms
     p = profile.predicted
     compute = sum(t.compute_ms for t in profile.traps)
     return replace(p, compute_ms=compute, makespan_ms=now, stall_ms=sum(stalls),

@@ -63,3 +63,24 @@ def test_llama_on_cuda_lazy_checkpoint(tmp_path) -> None:
     with torch.no_grad():
         got = meta(ids.cuda()).logits
     torch.testing.assert_close(got, plain, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+@pytest.mark.parametrize("layout", ["two_blocks", "on_entry", "ring"])
+def test_split_transfers_on_cuda(layout: str, mode: str) -> None:
+    # several transfers per trap and on-entry copies: the copy stream must wait for the
+    # release of the bytes it overwrites, the compute stream for every transfer a trap reads
+    from tests.runtime.test_split_transfers import _profile
+
+    model, profile = _profile(layout, mode)
+    ids = torch.randint(0, 64, (2, 8))
+    plain_model = tiny_lm().cuda()
+    with torch.no_grad():
+        plain = plain_model(ids.cuda())
+    offload_from_profile(model, profile, backend=CudaBackend())
+    with torch.no_grad():
+        for _ in range(5):
+            assert torch.equal(model(ids.cuda()), plain)
+    h = handle(model)
+    assert h.report().stalls == 0
+    h.remove()

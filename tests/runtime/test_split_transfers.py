@@ -285,3 +285,16 @@ def test_runtime_replan_of_a_ring_keeps_outputs(tmp_path) -> None:
         for _ in range(2):
             assert torch.equal(model(ids), plain)
     assert h.report().stalls == 0
+
+
+def test_replan_predicts_the_wait_for_on_entry_copies() -> None:
+    from flextensor_runtime.strategy_replan import rebuild_schedule
+
+    _, profile = _profile("ring")
+    slow = rebuild_schedule(profile, [100.0] * len(profile.traps))  # every prefetch hidden
+    rate = profile.device.h2d_bytes_per_s
+    for i, stall in enumerate(slow.predicted.trap_stall_ms):
+        on_entry_ms = sum(t.bytes / rate * 1e3 for t in slow.schedule
+                          if t.trap == i and t.issue_at == i)  # fmt: skip
+        assert stall == pytest.approx(on_entry_ms, rel=1e-9, abs=1e-12), i
+    assert any(slow.predicted.trap_stall_ms)

@@ -34,7 +34,7 @@ STRATEGIES = (
     "global-offload",
     "global-tensor-selection",
 )
-ASSIGNMENTS = ("optimized-round-robin", "strict-round-robin")  # as the solver names them
+ASSIGNMENTS = ("optimized-round-robin", "strict-round-robin", "ring")  # as the solver names them
 TRANSFER_MODES = ("allocation_block_transfer", "strategy", "raw_block_transfer")
 _DEVICES = ("auto", "cpu", "cuda")
 
@@ -234,6 +234,7 @@ def _flag(name: str) -> str:
     """` (--num-blocks)`: the ftc option that sets config field `name`, or "" if none does."""
     flags = (("load_strategy", "--strategy"), ("num_blocks", "--num-blocks"),
              ("min_blocks", "--min-blocks"), ("profiling_iters", "--profiling-iters"),
+             ("assignment_strategy", "--assignment"),
              ("device", "--device"), ("budget_bytes", "--budget"),
              ("device_memory_bytes", "--device-memory"))  # fmt: skip
     return next((f" ({flag})" for field, flag in flags if field == name), "")
@@ -254,6 +255,8 @@ def plan_command(config: PlanConfig) -> str:
         parts.append(f"--num-blocks {config.num_blocks}")
     if config.min_blocks != 1:
         parts.append(f"--min-blocks {config.min_blocks}")
+    if config.assignment != "optimized-round-robin":
+        parts.append(f"--assignment {config.assignment}")
     if config.seed:
         parts.append(f"--seed {config.seed}")
     return " ".join(parts)

@@ -1,7 +1,7 @@
 """Emit: a solved plan plus the stats it came from becomes an offload `Profile`.
 
-Owns: packing each trap's streamed tensors into its transfer region (in name order, each at an
-`ALIGN_BYTES`-aligned offset, tied aliases at their canonical's offset), the tensor entries,
+Owns: packing each transfer's tensors into its block region (in the plan's order, each at an
+`ALIGN_BYTES`-aligned offset from the transfer's start, tied aliases at their canonical's offset), the tensor entries,
 blocks, schedule and `predicted` section (from the simulator), the model fingerprint, and the
 `solver` extension section (the strategy that won, and why each pinned tensor stayed resident).
 Must not know: how the plan was searched, msgpack, files, torch.
@@ -49,11 +49,11 @@ def _offsets(problem: Problem, plan: Plan) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     for x in plan.transfers:
         items = problem.traps[x.trap].items
-        offset = 0
+        offset = x.offset
         for k in x.items:
             out[items[k].name] = (x.block, offset)
             offset += align_up(items[k].bytes)
-        assert offset == x.bytes
+        assert offset == x.offset + x.bytes
     return out
 
 
@@ -84,7 +84,8 @@ def emit_profile(stats: Stats, config: PlanConfig, problem: Problem, plan: Plan,
         streamed_bytes=plan.streamed_bytes, trap_stall_ms=sim.trap_stall_ms,
     )  # fmt: skip
     schedule = tuple(
-        Transfer(x.trap, x.block, 0, x.bytes, x.issue_at, x.release_after) for x in plan.transfers
+        Transfer(x.trap, x.block, x.offset, x.bytes, x.issue_at, x.release_after)
+        for x in plan.transfers
     )
     entries = [e for trap in traps for e in trap.tensors] + list(untrapped)
     return Profile(

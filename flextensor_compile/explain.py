@@ -36,7 +36,8 @@ class TensorWhy:
 class BlockRow:
     block: int
     bytes: int
-    transfers: tuple[tuple[int, str, int, int, int], ...]  # (trap, name, bytes, issue, release)
+    # (trap, name, offset, bytes, issue, release)
+    transfers: tuple[tuple[int, str, int, int, int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def _window_ms(profile: Profile, t: Transfer | None, order: int) -> float:
     n = len(profile.traps)
     if t is None:
         return profile.traps[(order - 1) % n].compute_ms
-    span = (order - t.issue_at) % n or n
+    span = (order - t.issue_at) % n  # 0: an on-entry copy, no compute hides it
     return sum(profile.traps[(t.issue_at + k) % n].compute_ms for k in range(span))
 
 
@@ -89,14 +90,21 @@ def explain_profile(profile: Profile) -> Explanation:
     owner = {e.name: o for o, trap in enumerate(profile.traps) for e in trap.tensors}
     rows = []
     for order, trap in enumerate(profile.traps):
-        t = profile.transfer_for(order)
+        own = profile.transfers_for(order)
         for e in trap.tensors:
-            window = _window_ms(profile, t if e.placement != "resident" else None, order)
+            t = _carrier(own, e) if e.placement != "resident" else None
+            window = _window_ms(profile, t, order)
             copy = bw.copy_ms(e.bytes)
             if e.placement != "resident" and t is not None:
-                reason = (f"streamed in trap {order}'s copy of {t.bytes} bytes "
-                          f"({bw.copy_ms(t.bytes):.3f} ms) into block {t.block}, issued at trap "
-                          f"{t.issue_at}: {window:.3f} ms of compute before its reader")  # fmt: skip
+                part = f" (1 of {len(own)})" if len(own) > 1 else ""
+                when = (
+                    "as its trap is entered, once the bytes it overwrites are released"
+                    if t.issue_at == order
+                    else f"at trap {t.issue_at}: {window:.3f} ms of compute before its reader"
+                )
+                reason = (f"streamed in trap {order}'s copy{part} of {t.bytes} bytes "
+                          f"({bw.copy_ms(t.bytes):.3f} ms) into block {t.block} at byte "
+                          f"{t.offset}, issued {when}")  # fmt: skip
             else:
                 reason = _resident_reason(profile, e, order, owner, window, copy)
             rows.append(TensorWhy(e.name, trap.name, e.placement, e.bytes, window, copy, reason))
@@ -115,12 +123,26 @@ def explain_profile(profile: Profile) -> Explanation:
     )
 
 
+def _carrier(own: tuple[Transfer, ...], e: TensorEntry) -> Transfer | None:
+    """The transfer of its trap that carries a streamed tensor (None for a tied alias whose
+    canonical tensor is carried by another trap's transfer)."""
+    for t in own:
+        if (
+            t.block == e.block
+            and e.offset is not None
+            and t.offset <= e.offset < t.offset + t.bytes
+        ):
+            return t
+    return own[0] if own and e.tie is not None else None
+
+
 def _blocks(profile: Profile) -> tuple[BlockRow, ...]:
     out = []
     for b in profile.blocks:
-        users = sorted((t for t in profile.schedule if t.block == b.id), key=lambda t: t.trap)
+        users = sorted((t for t in profile.schedule if t.block == b.id),
+                       key=lambda t: (t.trap, t.offset))  # fmt: skip
         out.append(BlockRow(b.id, b.bytes, tuple(
-            (t.trap, profile.traps[t.trap].name, t.bytes, t.issue_at, t.release_after)
+            (t.trap, profile.traps[t.trap].name, t.offset, t.bytes, t.issue_at, t.release_after)
             for t in users)))  # fmt: skip
     return tuple(out)
 
@@ -130,8 +152,8 @@ def explanation_json(expl: Explanation) -> dict[str, Any]:
     doc = asdict(expl)
     doc["blocks"] = [
         {"block": r.block, "bytes": r.bytes,
-         "transfers": [dict(zip(("trap", "name", "bytes", "issue_at", "release_after"), t,
-                                strict=True)) for t in r.transfers]}
+         "transfers": [dict(zip(("trap", "name", "offset", "bytes", "issue_at", "release_after"),
+                                t, strict=True)) for t in r.transfers]}
         for r in expl.blocks
     ]  # fmt: skip
     return doc

@@ -74,7 +74,8 @@ def _render_explain(expl: dict, console: Any) -> None:
     for col in ("block", "size", "transfers"):
         blocks.add_column(col, justify="right" if col != "transfers" else "left")
     for b in expl["blocks"]:
-        users = ", ".join(f"{u['trap']} {u['name']} ({format_bytes(u['bytes'])}, "
+        users = ", ".join(f"{u['trap']} {u['name']} ({format_bytes(u['bytes'])}"
+                          f"{' @' + format_bytes(u['offset']) if u['offset'] else ''}, "
                           f"{u['issue_at']}->{u['release_after']})" for u in b["transfers"])  # fmt: skip
         blocks.add_row(str(b["block"]), format_bytes(b["bytes"]), users)
     console.print(blocks)

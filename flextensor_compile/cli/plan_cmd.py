@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
 
 __all__ = ["register"]
 
@@ -25,6 +25,7 @@ def plan(
     strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
     num_blocks: int = typer.Option(None, "--num-blocks", help="Exact number of memory blocks."),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks to use."),
+    assignment: str = typer.Option("optimized-round-robin", "--assignment", help=ASSIGNMENT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the profile's inspect document."),
 ) -> None:
     """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
@@ -44,7 +45,7 @@ def plan(
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
-        min_blocks=min_blocks,
+        min_blocks=min_blocks, assignment=assignment,
     )  # fmt: skip
     # The canonical command (not argv): `ftc profile` records the same text for the same options,
     # so a profile re-planned from its stats is byte-identical.

@@ -70,6 +70,7 @@ def _config(opts: dict[str, Any]) -> Any:
         "load_strategy": opts["strategy"],
         "num_blocks": opts["num_blocks"],
         "min_blocks": opts["min_blocks"],
+        "assignment_strategy": opts["assignment"],
         "profiling_iters": opts["profiling_iters"],
         "warmup_iters": opts["warmup_iters"],
         "device": opts["device"],
@@ -86,6 +87,10 @@ def _config(opts: dict[str, Any]) -> Any:
 STRATEGY_HELP = (
     "Offloading strategy: adaptive, knapsack, greedy, nth-layer, adaptive-knapsack, "
     "global-offload or global-tensor-selection."
+)
+ASSIGNMENT_HELP = (
+    "Block assignment: optimized-round-robin (blocks or the ring, whichever simulates faster), "
+    "strict-round-robin, or ring (one staging block, tensors placed where bytes free up first)."
 )
 
 
@@ -129,6 +134,7 @@ def profile(
     exclude: list[str] = typer.Option(None, "--exclude", help="Exclude pattern (repeatable): an excluded module is not a trap, an excluded tensor stays resident."),
     num_blocks: int = typer.Option(None, "--num-blocks", help="Number of memory blocks."),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks."),
+    assignment: str = typer.Option("optimized-round-robin", "--assignment", help=ASSIGNMENT_HELP),
     profiling_iters: int = typer.Option(5, "--profiling-iters", help="Timed iterations (median)."),
     warmup_iters: int = typer.Option(1, "--warmup-iters", help="Untimed iterations first."),
     device: str = typer.Option("auto", "--device", help="Where to time: auto, cpu or cuda."),

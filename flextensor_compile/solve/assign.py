@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 __all__ = ["ASSIGNMENTS", "ORDERS", "Assignment", "assign_blocks", "orders_for"]
 
-ASSIGNMENTS = ("strict-round-robin", "optimized-round-robin")  # what a config may name
+# what a config may name; "ring" places every streamed tensor in one block (`solve/ring.py`)
+ASSIGNMENTS = ("strict-round-robin", "optimized-round-robin", "ring")
 ORDERS = ("strict", "least-growth", "size-classes")
 
 

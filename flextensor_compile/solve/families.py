@@ -36,6 +36,9 @@ class Context:
     largest_first: tuple[tuple[int, ...], ...]  # per trap: item indexes, largest first
     kind: tuple[int, ...]  # per trap: index of its items' (slot, counted) bytes signature
     greedy_cache: dict[tuple[int, float], tuple[tuple[int, ...], int, int]]
+    # (per-trap slot bytes, blocks, order) -> peak + streamed bytes (None: unschedulable)
+    memory_cache: dict[tuple[tuple[int, ...], int, str], int | None]
+    pick_cache: dict[tuple[object, ...], Pick]  # (family tag, exact, level) -> its pick
 
     def _counted(self, order: int, k: int) -> int:
         cache = self.counted[order]
@@ -156,4 +159,4 @@ def make_context(problem: Problem) -> Context:
     )
     return Context(problem, tuple(tables), _windows(problem),
                    tuple(t.streamable_slot_bytes for t in problem.traps), spread,
-                   tuple({} for _ in range(n)), largest, kind, {})  # fmt: skip
+                   tuple({} for _ in range(n)), largest, kind, {}, {}, {})  # fmt: skip

@@ -1,8 +1,9 @@
 """A plan: what streams, into which block, issued when, and what the simulator predicts for it.
 
 Owns: the `Plan` dataclass and `build_plan`, which turns a streamed selection (per trap, which
-items stream) and a block count into blocks, a schedule and a simulation; and the memory
-arithmetic (peak = resident + blocks + activation reserve).
+items stream) and a layout (a block count and order, or the ring: one block holding whatever
+the budget leaves) into blocks, a schedule and a simulation; and the memory arithmetic
+(peak = resident + blocks + activation reserve).
 Must not know: how the selection was chosen (strategies), the profile format.
 """
 
@@ -11,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flextensor_compile.solve.assign import assign_blocks
-from flextensor_compile.solve.problem import Problem
+from flextensor_compile.solve.problem import ALIGN_BYTES, Problem
+from flextensor_compile.solve.ring import ring_layout, ring_need
 from flextensor_compile.solve.simulate import CopyJob, Simulation, simulate
 
 __all__ = [
+    "RING",
     "Pick",
     "Plan",
     "PlannedTransfer",
@@ -26,11 +29,13 @@ __all__ = [
 ]
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
+RING = "ring"  # the block order naming the ring layout (one block, tensors placed by release)
 
 
 @dataclass(frozen=True)
 class PlannedTransfer:
-    """The one packed copy of a trap's streamed items (region = block[0:bytes])."""
+    """One packed copy of a trap's streamed items, in this order, into block[offset:+bytes]
+    (a block layout gives each trap one transfer at offset 0; the ring may split a trap's)."""
 
     trap: int
     block: int
@@ -39,6 +44,7 @@ class PlannedTransfer:
     release_after: int
     copy_ms: float
     items: tuple[int, ...]
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,11 @@ def _packed(pick: Pick) -> tuple[tuple[int, ...], tuple[int, ...]]:
 def pick_memory(
     problem: Problem, pick: Pick, num_blocks: int, order: str = "least-growth"
 ) -> int | None:
-    """Peak bytes of a pick with `num_blocks` blocks (None: cannot be scheduled)."""
+    """Peak bytes of a pick with `num_blocks` blocks (None: cannot be scheduled); for the ring,
+    with the staging `ring_need` asks for."""
+    if order == RING:
+        resident = problem.total_bytes - pick.streamed_bytes
+        return resident + ring_need(problem, pick.slot_bytes) + problem.reserve_bytes
     traps, sizes = _packed(pick)
     a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order)
     if a is None:
@@ -114,6 +124,8 @@ def build_plan(
     order: str = "least-growth",
 ) -> Plan | None:
     """Assign, schedule and simulate a selection; None when it cannot be scheduled."""
+    if order == RING:
+        return _build_ring(problem, selection, strategy)
     pick = pick_of(problem, selection)
     traps, sizes = _packed(pick)
     n = len(problem.traps)
@@ -132,3 +144,32 @@ def build_plan(
     resident = problem.total_bytes - streamed
     peak = resident + sum(a.block_bytes) + problem.reserve_bytes
     return Plan(strategy, selection, a.block_bytes, transfers, resident, streamed, peak, sim)
+
+
+def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan | None:
+    """The ring plan: one block as large as the budget leaves (latency mode: `ring_need` plus
+    the largest transfer)."""
+    pick = pick_of(problem, selection)
+    if not pick.streamed_bytes:
+        return None
+    resident = problem.total_bytes - pick.streamed_bytes
+    need = ring_need(problem, pick.slot_bytes)
+    budget = problem.budget_bytes
+    # latency mode (no cap): room for one more transfer, so copies need not wait for bytes
+    ring = (
+        need + max(pick.slot_bytes) if budget is None else budget - problem.reserve_bytes - resident
+    )
+    pieces = ring_layout(problem, selection, ring) if ring >= need else None
+    if pieces is None:
+        return None
+    ring -= ring % ALIGN_BYTES
+    bw = problem.bandwidth
+    transfers = tuple(
+        PlannedTransfer(x.trap, 0, x.bytes, x.issue_at, x.trap, bw.copy_ms(x.bytes), x.items,
+                        x.offset)
+        for x in pieces
+    )  # fmt: skip
+    jobs = tuple(CopyJob(x.trap, x.issue_at, x.copy_ms) for x in transfers)
+    sim = simulate(tuple(t.compute_ms for t in problem.traps), jobs)
+    peak = resident + ring + problem.reserve_bytes
+    return Plan(strategy, selection, (ring,), transfers, resident, pick.streamed_bytes, peak, sim)

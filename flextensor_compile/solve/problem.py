@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 from flextensor_compile.solve.assign import ASSIGNMENTS
 from flextensor_compile.solve.bandwidth import BandwidthModel
@@ -80,6 +81,11 @@ class Problem:
     def compute_ms(self) -> float:
         return sum(t.compute_ms for t in self.traps)
 
+    @cached_property
+    def compute_bytes(self) -> tuple[int, ...]:
+        """Per trap: the bytes one copy moves while the trap computes."""
+        return tuple(self.bandwidth.bytes_within(t.compute_ms) for t in self.traps)
+
     @property
     def streamable_bytes(self) -> int:
         return sum(it.bytes for t in self.traps for it in t.items)
@@ -134,6 +140,11 @@ def _check_config(config: PlanConfig) -> None:
     if config.assignment not in ASSIGNMENTS:
         raise ConfigError(
             f"unknown assignment {config.assignment!r}; choose one of {', '.join(ASSIGNMENTS)}"
+        )
+    if config.assignment == "ring" and ((config.num_blocks or 1) != 1 or config.min_blocks > 1):
+        raise ConfigError(
+            "the ring assignment uses one block; drop --num-blocks/--min-blocks or choose "
+            "optimized-round-robin"
         )
     if config.release != "after-last-reader":
         raise ConfigError(f"unknown release strategy {config.release!r}; use after-last-reader")

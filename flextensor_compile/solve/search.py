@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.families import Context
-from flextensor_compile.solve.plan import Pick, Selection, pick_memory, pick_of, plan_memory
+from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, pick_of, plan_memory
 from flextensor_compile.solve.problem import Problem
 
 __all__ = ["BISECT_STEPS", "fit_level", "smallest_memory"]
@@ -23,16 +23,26 @@ BISECT_STEPS = 8
 
 
 def fit_level(
-    ctx: Context, select: Callable[[float], Pick], hi: float, num_blocks: int, order: str
+    ctx: Context,
+    select: Callable[[float], Pick],
+    hi: float,
+    num_blocks: int,
+    order: str,
+    headroom: int = 0,
 ) -> Pick | None:
-    """The pick at about the smallest level in [0, hi] whose peak fits the budget, or None."""
+    """The pick at about the smallest level in [0, hi] whose peak fits the budget less
+    `headroom` bytes, or None."""
     problem = ctx.problem
-    budget = problem.budget_bytes
-    assert budget is not None
+    assert problem.budget_bytes is not None
+    budget = problem.budget_bytes - headroom
 
     def fits(pick: Pick) -> bool:
-        mem = pick_memory(problem, pick, num_blocks, order)
-        return mem is not None and mem <= budget
+        key = (pick.slot_bytes, num_blocks, order)  # memory = this - streamed bytes
+        if key not in ctx.memory_cache:
+            mem = pick_memory(problem, pick, num_blocks, order)
+            ctx.memory_cache[key] = None if mem is None else mem + pick.streamed_bytes
+        cached = ctx.memory_cache[key]
+        return cached is not None and cached - pick.streamed_bytes <= budget
 
     low = select(0.0)
     if fits(low):
@@ -48,13 +58,10 @@ def fit_level(
             hi, best = mid, pick
         else:
             lo, low = mid, pick
-    mixed = min(
-        (
-            _mix(ctx, low, best, fits, o)
-            for o in (ctx.spread, _by_block(ctx, best, num_blocks, order))
-        ),
-        key=lambda p: p.streamed_bytes,
+    orders = (
+        [ctx.spread] if order == RING else [ctx.spread, _by_block(ctx, best, num_blocks, order)]
     )
+    mixed = min((_mix(ctx, low, best, fits, o) for o in orders), key=lambda p: p.streamed_bytes)
     mem = pick_memory(problem, mixed, num_blocks, order)
     assert mem is not None
     trimmed = _trim(ctx, mixed, budget - mem)

@@ -5,7 +5,10 @@ copy engine runs copies first-in first-out. At the entry of trap `issue_at` (the
 previous trap finishes) the host issues the copies scheduled there, in trap order; a copy starts
 when the engine is free. A trap starts once it has entered and its own copy has finished; the
 wait is its stall. Copies scheduled at or after their own trap (cyclic prefetch) are issued in the
-previous iteration; the first iteration issues them at time 0. Iterations repeat back to back and
+previous iteration, except those scheduled at their own trap (`issue_at == trap`: issued as the
+trap is entered, same iteration; the trap waits for them); the first iteration issues the
+cyclic ones at time 0. A trap may have several copies: it starts once all have finished.
+Iterations repeat back to back and
 the figures are those of the last of `ITERATIONS`, by when the pipeline is periodic.
 Must not know: tensors, bytes, blocks (block reuse is already encoded in `issue_at`).
 """
@@ -40,34 +43,38 @@ class Simulation:
     trap_spans_ms: tuple[tuple[float, float], ...]  # (start, end) of each trap's compute
     copy_spans_ms: tuple[tuple[int, float, float], ...]  # (trap, start, end) of each copy
     copy_busy_ms: float
+    copy_jobs: tuple[int, ...] = ()  # per copy span: the index of its job in `jobs`
 
 
 def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simulation:
     """Run `ITERATIONS` iterations and report the last one (times relative to its start)."""
     n = len(compute_ms)
-    issued_at: dict[int, list[CopyJob]] = defaultdict(list)
-    for job in sorted(jobs, key=lambda j: j.trap):
-        issued_at[job.issue_at].append(job)
+    order = sorted(range(len(jobs)), key=lambda k: jobs[k].trap)
+    issued_at: dict[int, list[int]] = defaultdict(list)
+    for k in order:
+        issued_at[jobs[k].issue_at].append(k)
+    for i, ks in issued_at.items():  # the copies a trap's entry issues: by trap, from it on
+        ks.sort(key=lambda k: (jobs[k].trap - i) % n)
     engine_free = 0.0
-    copy_end: dict[int, float] = {}  # global trap index -> its copy's end
+    copy_end: dict[int, float] = {}  # global trap index -> when its last copy ends
     spans: list[tuple[float, float]] = []
-    copies: list[tuple[int, float, float]] = []
+    copies: list[tuple[int, int, float, float]] = []
     prev_end = 0.0
-    for job in sorted(jobs, key=lambda j: j.trap):  # first iteration's cyclic prefetch
-        if job.issue_at >= job.trap:
-            start = engine_free
-            engine_free = start + job.copy_ms
-            copy_end[job.trap] = engine_free
+    for k in order:  # first iteration's cyclic prefetch
+        if jobs[k].issue_at > jobs[k].trap:
+            engine_free += jobs[k].copy_ms
+            copy_end[jobs[k].trap] = engine_free
     for g in range(ITERATIONS * n):
         r, i = divmod(g, n)
         entry = prev_end
-        for job in sorted(issued_at.get(i, ()), key=lambda j: (j.trap - i) % n):
-            need = r * n + job.trap if job.trap > i else (r + 1) * n + job.trap
+        for k in issued_at.get(i, ()):
+            job = jobs[k]
+            need = r * n + job.trap if job.trap >= i else (r + 1) * n + job.trap
             start = max(entry, engine_free)
             engine_free = start + job.copy_ms
-            copy_end[need] = engine_free
+            copy_end[need] = engine_free  # copies run in issue order: this one ends last
             if need // n == ITERATIONS - 1:
-                copies.append((job.trap, start, engine_free))
+                copies.append((k, job.trap, start, engine_free))
         start = max(entry, copy_end.get(g, entry))
         prev_end = start + compute_ms[i]
         spans.append((start, prev_end))
@@ -77,14 +84,14 @@ def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simula
 def _last_iteration(
     compute_ms: tuple[float, ...],
     spans: list[tuple[float, float]],
-    copies: list[tuple[int, float, float]],
+    copies: list[tuple[int, int, float, float]],
 ) -> Simulation:
     n = len(compute_ms)
     last = spans[-n:]
     origin = spans[-n - 1][1] if len(spans) > n else 0.0
     entries = [origin] + [end for _, end in last[:-1]]
     stalls = tuple(max(0.0, s - e) for (s, _), e in zip(last, entries, strict=True))
-    rel_copies = tuple((t, a - origin, b - origin) for t, a, b in copies)
+    rel_copies = tuple((t, a - origin, b - origin) for _, t, a, b in copies)
     return Simulation(
         makespan_ms=last[-1][1] - origin,
         compute_ms=sum(compute_ms),
@@ -93,4 +100,5 @@ def _last_iteration(
         trap_spans_ms=tuple((s - origin, e - origin) for s, e in last),
         copy_spans_ms=rel_copies,
         copy_busy_ms=sum(b - a for _, a, b in rel_copies),
+        copy_jobs=tuple(k for k, _, _, _ in copies),
     )

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from flextensor_compile.solve.assign import orders_for
 from flextensor_compile.solve.families import CapFamily, Context, make_context
 from flextensor_compile.solve.paired import classes_of, paired_caps
-from flextensor_compile.solve.plan import Plan, Selection, build_plan, plan_memory
+from flextensor_compile.solve.plan import RING, Pick, Plan, Selection, build_plan, plan_memory
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import fit_level, smallest_memory
 from flextensor_runtime.errors import BudgetError, ConfigError
@@ -36,25 +36,44 @@ DEFAULT_STRATEGY = "adaptive"
 STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack",
               "global-offload", "global-tensor-selection")  # fmt: skip
 _BLOCK_COUNTS = (1, 2, 3)
+_RING_HEADROOM = (
+    0.25,
+    0.5,
+    0.125,
+    1.0,
+)  # x the largest transfer: tried first, first, low, high  # x the largest transfer: extra ring to try
+_RING_RETRIES = 2  # families whose ring plans are refitted with headroom
+_RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection")  # under adaptive
+_RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
 _MIN_WINDOW_MS = 1e-6  # shorter windows hide no copy
 
-Layout = tuple[int, str]  # (number of blocks, block order)
+Layout = tuple[int, str, int]  # (number of blocks, block order, ring headroom bytes)
 Candidate = tuple[str, Selection]
 Generator = Callable[[Context, Layout], Iterator[Candidate]]
 
 
 def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout,
-         windowed: bool = False) -> Iterator[Candidate]:  # fmt: skip
+         windowed: bool = False, tag: tuple[object, ...] = ()) -> Iterator[Candidate]:  # fmt: skip
     """The least streaming that fits the budget; for a time-window family (`windowed`) also the
     latency-mode pick (what the windows hide), which streams more and so peaks lower: when it
-    fits, a larger budget never gets a higher peak at the same makespan."""
-    select = (lambda x: ctx.exact(family(x))) if exact else (lambda x: ctx.greedy(family(x)))
+    fits, a larger budget never gets a higher peak at the same makespan. `tag` names the
+    family, so picks at a level are shared between layouts (the bisections revisit levels)."""
+    choose = ctx.exact if exact else ctx.greedy
+
+    def select(x: float) -> Pick:
+        key = (tag, exact, x)
+        if not tag:
+            return choose(family(x))
+        if key not in ctx.pick_cache:
+            ctx.pick_cache[key] = choose(family(x))
+        return ctx.pick_cache[key]
+
     p = ctx.problem
     if p.budget_bytes is None or windowed:
         yield name, select(p.transfer_budget_scale).selection
     if p.budget_bytes is None:
         return
-    pick = fit_level(ctx, select, hi, lay[0], lay[1])
+    pick = fit_level(ctx, select, hi, lay[0], lay[1], lay[2])
     if pick is not None:
         yield name, pick.selection
 
@@ -71,20 +90,21 @@ def _bytes_hi(ctx: Context) -> float:
 
 
 def _knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay, windowed=True)
+    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay, windowed=True,
+                    tag=("time",))  # fmt: skip
 
 
 def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if ctx.problem.budget_bytes is None:
-        yield from _fit(ctx, "greedy", ctx.time_caps(), False, _time_hi(ctx), lay)
+        yield from _fit(ctx, "greedy", ctx.time_caps(), False, _time_hi(ctx), lay, tag=("time",))
         return
-    yield from _fit(ctx, "greedy", ctx.uniform_caps(), False, _bytes_hi(ctx), lay)
+    yield from _fit(ctx, "greedy", ctx.uniform_caps(), False, _bytes_hi(ctx), lay,
+                    tag=("uniform",))  # fmt: skip
 
 
 def _global_offload(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(
-        ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay, windowed=True
-    )
+    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay,
+                    windowed=True, tag=("time",))  # fmt: skip
 
 
 def _copies_dominate(ctx: Context) -> bool:
@@ -97,23 +117,24 @@ def _copies_dominate(ctx: Context) -> bool:
 
 def _adaptive_knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if _copies_dominate(ctx):
-        family, hi = ctx.proportional_caps(), _bytes_hi(ctx)
+        family, hi, tag = ctx.proportional_caps(), _bytes_hi(ctx), "proportional"
     else:
-        family, hi = ctx.time_caps(), _time_hi(ctx)
-    yield from _fit(ctx, "adaptive-knapsack", family, True, hi, lay)
+        family, hi, tag = ctx.time_caps(), _time_hi(ctx), "time"
+    yield from _fit(ctx, "adaptive-knapsack", family, True, hi, lay, tag=(tag,))
 
 
 def _global_tensor_selection(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     name = "global-tensor-selection"
     if ctx.problem.budget_bytes is None:
-        yield from _fit(ctx, name, ctx.time_caps(), True, _time_hi(ctx), lay)
+        yield from _fit(ctx, name, ctx.time_caps(), True, _time_hi(ctx), lay, tag=("time",))
         return
     hi = ctx.problem.bandwidth.copy_ms(int(_bytes_hi(ctx))) * 1.001 + 1e-9
-    yield from _fit(ctx, name, ctx.blended_caps(0.0), True, hi, lay)
+    yield from _fit(ctx, name, ctx.blended_caps(0.0), True, hi, lay, tag=("bytes-ms",))
     windows = ctx.window_ms
     mean_ms = sum(windows) / max(1, len(windows))
     if mean_ms > _MIN_WINDOW_MS:
-        yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay)
+        yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay,
+                        tag=("window-plus",))  # fmt: skip
     yield from _paired(ctx, lay)
 
 
@@ -122,7 +143,7 @@ def _paired(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     fitted by bisecting one class's cap with the other's fixed."""
     p = ctx.problem
     first = orders_for(p.assignment, 2)[0]  # the orders give the same plans here; fit once
-    if p.budget_bytes is None or lay != (2, first) or not _copies_dominate(ctx):
+    if p.budget_bytes is None or lay != (2, first, 0) or not _copies_dominate(ctx):
         return
     need = p.total_bytes + p.reserve_bytes - p.budget_bytes
     classes = classes_of(ctx.streamable)
@@ -132,7 +153,8 @@ def _paired(ctx: Context, lay: Layout) -> Iterator[Candidate]:
         c0, c1 = pair
         for fixed, cap, hi in ((0, c0, c1), (1, c1, c0)):
             family = ctx.class_caps(classes, fixed, float(cap))
-            yield from _fit(ctx, "global-tensor-selection", family, True, hi + 1.0, lay)
+            yield from _fit(ctx, "global-tensor-selection", family, True, hi + 1.0, lay,
+                            tag=("class", fixed, cap))  # fmt: skip
 
 
 def nth_selection(problem: Problem, step: int) -> Selection:
@@ -192,29 +214,108 @@ _GENERATORS: dict[str, Generator] = {
 
 
 def layouts(p: Problem) -> tuple[Layout, ...]:
-    """Block counts (the configured one, else 1 to 3 within `min_blocks`) x block orders."""
+    """Block counts (the configured one, else 1 to 3 within `min_blocks`) x block orders, and
+    with optimized round robin the ring when one block is allowed (before the one-block
+    orders, which are then a fallback); the ring alone with the ring assignment."""
+    if p.assignment == RING:
+        return ((1, RING, 0),)
     if p.num_blocks is not None:
         counts: tuple[int, ...] = (p.num_blocks,)
     else:
         counts = tuple(k for k in _BLOCK_COUNTS if k >= p.min_blocks) or (p.min_blocks,)
-    return tuple((k, o) for k in counts for o in orders_for(p.assignment, k))
+    out = tuple((k, o, 0) for k in counts for o in orders_for(p.assignment, k))
+    if 1 in counts and p.assignment == "optimized-round-robin":
+        one = tuple(lay for lay in out if lay[0] == 1)
+        out = (*(lay for lay in out if lay[0] != 1), (1, RING, 0), *one)
+    return out
+
+
+def _one_block_fallback(p: Problem) -> bool:
+    """With the ring in memory mode a one-block layout only adds the plans that fit the
+    smallest budgets (every other trap streaming): tried when nothing else fitted."""
+    return p.budget_bytes is not None and p.assignment == "optimized-round-robin"
+
+
+def _bound_ms(p: Problem) -> float:
+    """No plan runs faster: all compute, or copying what the budget cannot hold."""
+    if p.budget_bytes is None:
+        return p.compute_ms
+    need = p.total_bytes + p.reserve_bytes - p.budget_bytes
+    return max(p.compute_ms, p.bandwidth.copy_ms(need))
+
+
+def _copy_floor_ms(p: Problem, sel: Selection) -> float:
+    """No plan of `sel` runs faster: all compute, or every trap's copy back to back (a trap's
+    tensors split over several copies only take longer)."""
+    bw = p.bandwidth
+    copies = sum(bw.copy_ms(sum(t.items[k].slot_bytes for k in ch)) for t, ch in
+                 zip(p.traps, sel, strict=True))  # fmt: skip
+    return max(p.compute_ms, copies)
 
 
 def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
+    """Every generator's plans for every block layout (one block only as a fallback when the ring
+    is tried in memory mode); then the ring's (`_ring_plans`), unless the best plan is already
+    within 0.1% of the bound, skipping selections whose copies alone take longer than the best
+    plan so far."""
     names = list(_GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
-    seen: set[tuple[Selection, Layout]] = set()
+    seen: set[tuple[Selection, tuple[int, str]]] = set()
+    best = math.inf
+
+    def plans(name: str, lay: Layout) -> Iterator[Plan]:
+        for label, sel in _GENERATORS[name](ctx, lay):
+            if (sel, lay[:2]) in seen or (lay[1] == RING and _copy_floor_ms(p, sel) >= best):
+                continue
+            seen.add((sel, lay[:2]))
+            plan = build_plan(p, sel, lay[0], label, lay[1])
+            if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
+                continue
+            if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:
+                yield plan
+
     for lay in layouts(p):
+        if lay[1] == RING:
+            if best > _bound_ms(p) * (1 + _RING_GAIN):  # else no ring plan can gain enough
+                yield from _ring_plans(ctx, names, plans)
+            continue
+        if lay[0] == 1 and best < math.inf and _one_block_fallback(p):
+            continue
         for name in names:
-            for label, sel in _GENERATORS[name](ctx, lay):
-                if (sel, lay) in seen:
-                    continue
-                seen.add((sel, lay))
-                plan = build_plan(p, sel, lay[0], label, lay[1])
-                if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
-                    continue
-                if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:
-                    yield plan
+            for plan in plans(name, lay):
+                best = min(best, plan.makespan_ms)
+                yield plan
+
+
+def _ring_plans(ctx: Context, names: list[str],
+                plans: Callable[[str, Layout], Iterator[Plan]]) -> Iterator[Plan]:  # fmt: skip
+    """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families
+    only); in memory mode then, for the two whose ring plans simulate fastest, the same family
+    fitted with headroom, so the ring has room to copy ahead: 1/4 and 1/2 of the largest
+    transfer, then 1/8 or 1 x on the side of the better of the two."""
+    p = ctx.problem
+    base = (1, RING, 0)
+    ranked: dict[str, tuple[float, int]] = {}  # family -> (its best ring makespan, top bytes)
+    for name in names if len(names) == 1 else _RING_GENERATORS:
+        for plan in plans(name, base):
+            if plan.makespan_ms < ranked.get(name, (math.inf, 0))[0]:
+                ranked[name] = (plan.makespan_ms, _largest(p, plan.selection))
+            yield plan
+    if p.budget_bytes is None:
+        return
+    a, b, low, high = _RING_HEADROOM
+    for name in sorted(ranked, key=lambda g: (ranked[g], g))[:_RING_RETRIES]:
+        top, made = ranked[name][1], dict[float, float]()
+        for part in (a, b, None):
+            if part is None:
+                part = low if made[a] <= made[b] else high
+            found = list(plans(name, (1, RING, int(top * part))))
+            made[part] = min((q.makespan_ms for q in found), default=math.inf)
+            yield from found
+
+
+def _largest(p: Problem, sel: Selection) -> int:
+    return max(sum(t.items[k].slot_bytes for k in ch) for t, ch in zip(p.traps, sel, strict=True))
 
 
 def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
@@ -231,7 +332,8 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
         best = build_plan(problem, tuple(() for _ in problem.traps), 1, strategy, "strict")
     if best is not None:
         return best
-    least = smallest_memory(problem, layouts(problem), nth_selection(problem, 2))
+    least = smallest_memory(problem, tuple(lay[:2] for lay in layouts(problem)),
+                            nth_selection(problem, 2))  # fmt: skip
     hint = f"at least {least} bytes" if least is not None else "more memory"
     also = "" if strategy == DEFAULT_STRATEGY else f" with --strategy {DEFAULT_STRATEGY}"
     raise BudgetError(

@@ -1,0 +1,255 @@
+"""The ring layout: every streamed tensor in one staging block, placed where bytes free up first.
+
+Owns: placing a selection's streamed tensors (trap by trap, in name order) at byte offsets of a
+single block of `ring_bytes`, each where the bytes it needs are released earliest (lowest offset
+on ties; never over bytes its own trap holds), so the copy engine can fill the next traps'
+tensors into whatever the running trap does not hold; turning the placement into transfers
+(consecutive tensors of one trap that are adjacent and can be issued at the same trap entry
+form one transfer); the issue point of each (the entry of the trap after the last reader of any
+byte it overwrites, cyclically; the trap's own entry when that reader is the trap just before:
+an on-entry copy); and `ring_need`, the staging a selection needs so the engine never idles.
+A two-block plan stages two transfers at once; the ring stages one transfer plus what the engine
+copies while it is read.
+Must not know: time beyond one trap's compute (for `ring_need`), budgets, the profile format.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from flextensor_compile.solve.problem import ALIGN_BYTES, Problem
+
+__all__ = ["RingPiece", "ring_layout", "ring_need"]
+
+_OWN = 1 << 62  # "held by the trap being placed": never overwritten by its own tensors
+_AVOID = _OWN - 1  # bytes the next trap (next iteration) reads: only if nothing else fits
+
+
+@dataclass(frozen=True)
+class RingPiece:
+    """One transfer of the ring: a run of one trap's tensors at `offset` (placement order)."""
+
+    trap: int
+    offset: int
+    bytes: int
+    items: tuple[int, ...]
+    issue_at: int
+
+
+class _Paint:
+    """Which placement last wrote each byte of the ring: sorted, disjoint segments covering it."""
+
+    def __init__(self, ring_bytes: int) -> None:
+        self.starts = [0]
+        self.ends = [ring_bytes]
+        self.when = [-1]  # global placement time of the writer's trap (-1: never written)
+
+    def earliest(
+        self, size: int, own: int, avoid: tuple[tuple[int, int], ...] = ()
+    ) -> tuple[int, int]:
+        """(offset, availability) of the `size`-byte range whose latest writer is oldest; a
+        range overlapping `avoid` only when no other fits."""
+        best_at, best_time = -1, _OWN
+        starts, ends, when = self.starts, self.ends, self.when
+        ring = ends[-1]
+        for i, a in enumerate(starts):
+            if a + size > ring:
+                break
+            latest, j = -1, i
+            while j < len(starts) and starts[j] < a + size:
+                w = _OWN if when[j] == own else when[j]
+                if w > latest:
+                    latest = w
+                    if latest >= best_time:
+                        break
+                j += 1
+            if latest < best_time and any(a < y and x < a + size for x, y in avoid):
+                latest = _AVOID
+            if latest < best_time:
+                best_at, best_time = a, latest
+        return best_at, best_time
+
+    def latest(self, a: int, b: int, own: int = -2) -> int:
+        """The latest writer of [a, b) (`_OWN` where it is `own`)."""
+        i = bisect_right(self.starts, a) - 1
+        out = -1
+        while i < len(self.starts) and self.starts[i] < b:
+            w = _OWN if self.when[i] == own else self.when[i]
+            out = max(out, w)
+            i += 1
+        return out
+
+    def write(self, a: int, b: int, when: int) -> None:
+        """Paint [a, b) as written at `when`; neighbours painted at the same time merge (a
+        window starting inside such a run is never better than one starting at its start)."""
+        starts, ends, whens = self.starts, self.ends, self.when
+        i = bisect_right(starts, a) - 1
+        j = i
+        while j < len(starts) and starts[j] < b:
+            j += 1
+        new_s, new_e, new_w = [a], [b], [when]
+        if starts[i] < a:
+            new_s, new_e, new_w = [starts[i], a], [a, b], [whens[i], when]
+        if ends[j - 1] > b:
+            new_s, new_e, new_w = [*new_s, b], [*new_e, ends[j - 1]], [*new_w, whens[j - 1]]
+        if i > 0 and new_w[0] == whens[i - 1]:  # merge with the run before
+            i -= 1
+            new_s[0] = starts[i]
+        if j < len(starts) and new_w[-1] == whens[j]:  # and with the run after
+            new_e[-1] = ends[j]
+            j += 1
+        starts[i:j], ends[i:j], whens[i:j] = new_s, new_e, new_w
+
+
+def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Paint,
+           base: int, first: int = 0) -> list[tuple[int, int, int, int]] | None:  # fmt: skip
+    """The placement of traps `first`.. from `paint`'s state: (trap, item, offset, slot
+    bytes). Each tensor goes where its bytes free up first, so part of a trap's copy can run
+    while the trap before it computes; a trap whose tensors do not fit one by one (the free
+    bytes are too fragmented) goes as one run where its whole transfer frees up first."""
+    out: list[tuple[int, int, int, int]] = []
+    streaming = [o for o, ch in enumerate(selection) if ch]
+    after = {o: streaming[(j + 1) % len(streaming)] for j, o in enumerate(streaming)}
+    for order in range(first, len(selection)):
+        chosen = selection[order]
+        if not chosen:
+            continue
+        items = problem.traps[order].items
+        now = base + order
+        sizes = [items[k].slot_bytes for k in chosen]
+        # the last traps keep off the bytes the next iteration's next trap was given (its copy
+        # would wait for this trap); within the iteration the next trap is placed after this one
+        nxt = after[order]
+        avoid = tuple((a, a + n) for o, _, a, n in out if o == nxt) if nxt <= order else ()
+        split = _split(paint, chosen, sizes, now, avoid)
+        if split is not None:
+            out.extend((order, k, at, size) for k, at, size in split)
+            continue
+        at, _ = paint.earliest(sum(sizes), now, avoid)
+        if at < 0:
+            return None
+        for k, size in zip(chosen, sizes, strict=True):
+            paint.write(at, at + size, now)
+            out.append((order, k, at, size))
+            at += size
+    return out
+
+
+def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
+           avoid: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]] | None:  # fmt: skip
+    """The trap's tensors, largest first, each where its bytes free up first, or next to the
+    trap's tensors already placed when that frees up no later than the trap's copy needs anyway
+    (fewer, larger copies); in address order. None (state unchanged) when the free bytes are
+    too fragmented."""
+    saved = (list(paint.starts), list(paint.ends), list(paint.when))
+    out: list[tuple[int, int, int]] = []
+    runs: list[list[int]] = []  # [start, end] of the trap's placed bytes
+    needed = -1  # the latest availability among the trap's tensors placed so far
+    for j in sorted(range(len(chosen)), key=lambda j: -sizes[j]):
+        size = sizes[j]
+        at = _beside(paint, runs, size, now, needed, avoid)
+        if at < 0:
+            at, when = paint.earliest(size, now, avoid)
+            if at < 0:
+                paint.starts, paint.ends, paint.when = saved
+                return None
+            needed = max(needed, when)
+        paint.write(at, at + size, now)
+        out.append((chosen[j], at, size))
+        _grow(runs, at, at + size)
+    return sorted(out, key=lambda x: x[1])
+
+
+def _grow(runs: list[list[int]], a: int, b: int) -> None:
+    for run in runs:
+        if run[1] == a or run[0] == b:
+            run[0], run[1] = min(run[0], a), max(run[1], b)
+            return
+    runs.append([a, b])
+
+
+def _beside(paint: _Paint, runs: list[list[int]], size: int, now: int, needed: int,
+            avoid: tuple[tuple[int, int], ...]) -> int:  # fmt: skip
+    """An offset right after or before the trap's placed bytes that is free by `needed`
+    (-1: none)."""
+    ring = paint.ends[-1]
+    for a, b in runs:
+        for at in (b, a - size):
+            inside = at >= 0 and at + size <= ring
+            if (
+                inside
+                and not any(at < y and x < at + size for x, y in avoid)
+                and (paint.latest(at, at + size, now) <= needed)
+            ):
+                return at
+    return -1
+
+
+def ring_layout(
+    problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes: int
+) -> tuple[RingPiece, ...] | None:
+    """The ring's transfers for `selection` in a block of `ring_bytes` (None: a trap's
+    tensors do not fit in it). The placement is made for the steady state: the iteration's last
+    traps (twice the ring's bytes) are placed into an empty ring first, and the kept pass starts
+    from where they left it."""
+    n = len(problem.traps)
+    ring_bytes -= ring_bytes % ALIGN_BYTES
+    paint = _Paint(ring_bytes)
+    first, tail = n, 0
+    while first > 0 and tail < 2 * ring_bytes:
+        first -= 1
+        tail += sum(problem.traps[first].items[k].slot_bytes for k in selection[first])
+    if _place(problem, selection, paint, 0, first) is None:
+        return None
+    placed = _place(problem, selection, paint, n)
+    if placed is None:
+        return None
+    runs = _runs(placed)
+    cyclic = _Paint(ring_bytes)  # the kept placement, repeated: last writers in steady state
+    for order, a, b in runs:
+        cyclic.write(a, b, order)
+    pieces: list[RingPiece] = []
+    r = 0
+    for j, (order, k, at, size) in enumerate(placed):
+        prev = cyclic.latest(at, at + size)
+        writer = prev % n if prev >= 0 else order
+        issue = (writer + 1) % n
+        last = pieces[-1] if pieces else None
+        if (last is not None and last.trap == order and last.issue_at == issue
+                and last.offset + last.bytes == at):  # fmt: skip
+            pieces[-1] = RingPiece(order, last.offset, last.bytes + size, (*last.items, k), issue)
+        else:
+            pieces.append(RingPiece(order, at, size, (k,), issue))
+        if j + 1 == len(placed) or placed[j + 1][0] != order:  # the trap is done: it writes
+            while r < len(runs) and runs[r][0] == order:
+                cyclic.write(runs[r][1], runs[r][2], n + order)
+                r += 1
+    return tuple(pieces)
+
+
+def _runs(placed: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:
+    """(trap, start, end) of each stretch of adjacent bytes one trap's tensors were given."""
+    runs: list[tuple[int, int, int]] = []
+    for order, _, at, size in placed:
+        if runs and runs[-1][0] == order and runs[-1][2] == at:
+            runs[-1] = (order, runs[-1][1], at + size)
+        else:
+            runs.append((order, at, at + size))
+    return runs
+
+
+def ring_need(problem: Problem, slot_bytes: tuple[int, ...]) -> int:
+    """Ring bytes that hold each streaming trap's transfer plus what the engine can copy of the
+    next one while it is read (so copies never wait for a free byte while a trap computes)."""
+    streaming = [(s, w) for s, w in zip(slot_bytes, problem.compute_bytes, strict=True) if s]
+    if not streaming:
+        return 0
+    need = 0
+    nxt = streaming[0][0]  # cyclically, the first trap follows the last
+    for s, within in reversed(streaming):
+        held = s + (nxt if nxt < within else within)
+        if held > need:
+            need = held
+        nxt = s
+    return -(-need // ALIGN_BYTES) * ALIGN_BYTES

@@ -1,0 +1,109 @@
+"""The ring layout: one staging block, each tensor placed where its bytes free up first."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flextensor_compile.config import plan_command
+from flextensor_compile.planning import plan_profile, solve_stats
+from flextensor_compile.solve import problem_from_stats, solve
+from flextensor_compile.solve.ring import ring_layout, ring_need
+from flextensor_compile.stats import Stats, TrapStat
+from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.profile import PlanConfig, Transfer, check_profile, occupied_slots
+from tests.solve.instances import device, random_stats, tensor, total_bytes
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def moe_stats(layers: int = 8) -> Stats:
+    """Small attention traps between large, slow expert traps, on a slow link: copies dominate
+    and an expert trap computes longer than the next attention copy takes."""
+    traps = []
+    for i in range(layers):
+        traps.append(TrapStat(f"attn{i}", 0.2, tuple(tensor(f"attn{i}.{k}", 20_000)
+                                                    for k in range(4))))  # fmt: skip
+        traps.append(TrapStat(f"moe{i}", 1.0, tuple(tensor(f"moe{i}.{k}", 50_000)
+                                                   for k in range(8))))  # fmt: skip
+    return Stats("moe", device(2e8), tuple(traps))
+
+
+@st.composite
+def selections(draw: st.DrawFn):
+    stats = draw(random_stats(max_traps=8, max_tensors=5))
+    problem = problem_from_stats(stats, PlanConfig())
+    sel = tuple(tuple(k for k in range(len(t.items)) if draw(st.booleans())) for t in problem.traps)
+    return problem, sel
+
+
+@SETTINGS
+@given(selections(), st.floats(1.0, 3.0))
+def test_ring_places_each_tensor_once_and_never_overwrites_held_bytes(case, scale) -> None:
+    problem, sel = case
+    slots = tuple(
+        sum(t.items[k].slot_bytes for k in ch) for t, ch in zip(problem.traps, sel, strict=True)
+    )
+    if not any(slots):
+        return
+    ring = int(max(ring_need(problem, slots), max(slots)) * scale)
+    pieces = ring_layout(problem, sel, ring)
+    if pieces is None:  # only when a trap's transfer cannot fit at all
+        assert max(slots) > ring - ring % 256
+        return
+    placed = Counter((x.trap, k) for x in pieces for k in x.items)
+    assert placed == Counter((o, k) for o, ch in enumerate(sel) for k in ch)
+    n = len(problem.traps)
+    for x in pieces:
+        assert x.offset >= 0 and x.offset + x.bytes <= ring
+        assert x.bytes == sum(problem.traps[x.trap].items[k].slot_bytes for k in x.items)
+    as_transfers = [Transfer(x.trap, 0, x.offset, x.bytes, x.issue_at, x.trap) for x in pieces]
+    for a, b in itertools.combinations(as_transfers, 2):
+        if a.offset + a.bytes <= b.offset or b.offset + b.bytes <= a.offset:
+            continue
+        assert a.trap != b.trap  # one trap's copies never overlap each other
+        assert not set(occupied_slots(a, n)) & set(occupied_slots(b, n))
+
+
+def test_ring_wins_when_copy_bound_traps_are_uneven() -> None:
+    stats = moe_stats()
+    budget = int(0.5 * total_bytes(stats))
+    _, plan = solve_stats(stats, PlanConfig(budget_bytes=budget))
+    _, blocks_only = solve_stats(stats, PlanConfig(budget_bytes=budget, min_blocks=2))
+    assert len(plan.block_bytes) == 1 and plan.peak_bytes <= budget
+    assert any(x.offset for x in plan.transfers)  # traps share the block at offsets
+    assert len(plan.transfers) > len({x.trap for x in plan.transfers})  # split traps
+    assert plan.makespan_ms < blocks_only.makespan_ms * 0.99
+
+
+def test_ring_profile_is_valid_and_names_the_assignment() -> None:
+    stats = moe_stats()
+    config = PlanConfig(budget_bytes=int(0.25 * total_bytes(stats)), assignment="ring",
+                        strategy="greedy")  # fmt: skip
+    profile = plan_profile(stats, config)
+    check_profile(profile)
+    assert any(t.issue_at == t.trap for t in profile.schedule)  # a tight ring: on-entry copies
+    assert len(profile.blocks) == 1
+    assert "--assignment ring" in plan_command(profile.config)
+    streamed = sum(e.bytes for t in profile.traps for e in t.tensors if e.placement == "streamed")
+    assert streamed == profile.predicted.streamed_bytes
+
+
+def test_ring_in_latency_mode_stages_ring_need_and_one_more_transfer() -> None:
+    stats = replace(moe_stats(), device=device(2e9))
+    problem = problem_from_stats(stats, PlanConfig(assignment="ring"))
+    plan = solve(problem)
+    slots = tuple(sum(t.items[k].slot_bytes for k in ch)
+                  for t, ch in zip(problem.traps, plan.selection, strict=True))  # fmt: skip
+    assert plan.block_bytes == (ring_need(problem, slots) + max(slots),)
+
+
+@pytest.mark.parametrize("extra", [{"num_blocks": 2}, {"min_blocks": 2}])
+def test_ring_with_more_blocks_is_a_config_error(extra) -> None:
+    with pytest.raises(ConfigError, match="ring assignment uses one block"):
+        problem_from_stats(moe_stats(), PlanConfig(assignment="ring", **extra))

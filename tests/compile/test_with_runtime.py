@@ -61,3 +61,33 @@ def test_ring_profile_deploys_with_identical_outputs(tmp_path, fraction):
         model = deploy.offload_from_profile(module.build_model(), path)
         for _ in range(3):  # steady state: cyclic prefetch and block reuse across iterations
             assert torch.equal(expected, _first(module.run(model, inputs)))
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+def test_solver_ring_with_on_entry_copies_deploys_with_identical_outputs(tmp_path, mode):
+    """A ring plan the solver made (fixed timings, so the plan is the same on every machine),
+    with traps split over several copies and copies issued on their own trap's entry."""
+    from dataclasses import replace
+
+    from flextensor_compile.planning import plan_profile
+    from flextensor_compile.sweep import stats_from_profile
+    from flextensor_runtime.profile import DeviceSpec, PlanConfig
+    from profiles import tiny_transformer as module
+
+    cfg = OffloadConfig(max_gpu_mem_fraction=0.8, profiling_iters=1, warmup_iters=0)
+    measured = compile_profile(module.build_model(), module.example_inputs, cfg, run=module.run)
+    stats = stats_from_profile(measured)
+    stats = replace(stats, device=DeviceSpec("fixed", 1 << 30, 1e9, 0.0, (), "emulated"),
+                    traps=tuple(replace(t, compute_ms=0.2) for t in stats.traps))  # fmt: skip
+    config = PlanConfig(budget_bytes=measured.model.total_bytes // 2, assignment="ring",
+                        strategy="greedy", transfer_mode=mode)  # fmt: skip
+    profile = plan_profile(stats, config)
+    assert any(t.issue_at == t.trap for t in profile.schedule)
+    assert len(profile.schedule) > len({t.trap for t in profile.schedule})
+    path = save(profile, tmp_path / "ring.msgpack")
+    inputs = module.example_inputs()
+    with torch.no_grad():
+        expected = _first(module.run(module.build_model(), inputs))
+        model = deploy.offload_from_profile(module.build_model(), path)
+        for _ in range(3):
+            assert torch.equal(expected, _first(module.run(model, inputs)))

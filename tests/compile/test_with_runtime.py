@@ -45,15 +45,15 @@ def test_compiled_profile_deploys_with_identical_outputs(tmp_path, name):
 
 @pytest.mark.parametrize("fraction", [0.5, 0.8])
 def test_ring_profile_deploys_with_identical_outputs(tmp_path, fraction):
-    """The ring assignment (one block, traps at offsets, split and on-entry copies) runs."""
+    """A measured model compiled with the ring assignment deploys (its timings, and so its plan,
+    vary by machine; the fixed-timing test below pins split traps and on-entry copies)."""
     from profiles import tiny_transformer as module
 
     reference = module.build_model()
     cfg = OffloadConfig(max_gpu_mem_fraction=fraction, profiling_iters=1, warmup_iters=0,
                         assignment_strategy="ring", load_strategy="greedy")  # fmt: skip
     profile = compile_profile(reference, module.example_inputs, cfg, run=module.run)
-    assert len(profile.blocks) == 1 and len(profile.schedule) > 1
-    assert any(t.offset for t in profile.schedule)
+    assert len(profile.blocks) == 1 and profile.predicted.streamed_bytes > 0
     path = save(profile, tmp_path / "ring.msgpack")
     inputs = module.example_inputs()
     with torch.no_grad():

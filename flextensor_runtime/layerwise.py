@@ -81,7 +81,8 @@ class LayerwiseOffloadHandle:
 
         `enabled` only proves hooks were installed; `effective` is true once a forward used the
         two-layer window for every layer, with asynchronous copies, no emergency synchronous
-        materialization and no pageable host tensors (which would make copies synchronous).
+        materialization and no pageable host tensors (which would make copies synchronous), and
+        only while the hooks are installed (after `disable` it is False; the counters remain).
         """
         window = self._window
         if window is None:
@@ -91,7 +92,8 @@ class LayerwiseOffloadHandle:
             )  # fmt: skip
         c = window.counters
         effective = (
-            c.forwards > 0 and window.backend.asynchronous and c.sync_materializations == 0
+            self.enabled and c.forwards > 0 and window.backend.asynchronous
+            and c.sync_materializations == 0
             and c.prefetch_hits == c.layer_runs and not window.pageable
         )  # fmt: skip
         return LayerwiseReport(

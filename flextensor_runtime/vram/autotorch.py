@@ -112,6 +112,11 @@ class AutoTorchModule(nn.Module):
         self, weight: torch.Tensor, dtype: torch.dtype | None, device: DeviceLike
     ) -> torch.Tensor:
         """Copy one tensor to `dtype` and `device` without mutating the source."""
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            raise ConfigError(
+                f"cast_to dtype must be a torch.dtype, got {dtype!r} ({type(dtype).__name__}); "
+                "pass e.g. torch.bfloat16"
+            )
         if dtype is None or not weight.is_floating_point():
             dtype = weight.dtype
         out = torch.empty_like(weight, dtype=dtype, device=device)

@@ -82,6 +82,13 @@ def test_cast_to_copies_without_mutating_the_source() -> None:
     assert ints.dtype == torch.int64  # integer tensors keep their dtype
 
 
+def test_cast_to_names_a_dtype_given_as_a_string() -> None:
+    from flextensor_runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"torch.dtype, got 'bfloat16' \(str\)"):
+        AutoTorchModule().cast_to(torch.ones(2), "bfloat16", "cpu")  # type: ignore[arg-type]
+
+
 def test_check_free_vram_reads_the_injected_reader(fake_reader) -> None:
     module = AutoTorchModule(vram_limit=2.0, memory_reader=fake_reader)
     fake_reader.used = GIB

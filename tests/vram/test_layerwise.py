@@ -110,6 +110,16 @@ def test_window_binds_device_copies_and_prefetches_next(stack, reuse_buffers) ->
 
 
 @torch.no_grad()
+def test_a_disabled_handle_is_not_effective_but_keeps_its_counters(stack) -> None:
+    handle = offload(stack)
+    stack(torch.randn(2, 6))
+    assert handle.report().effective
+    assert handle.disable()
+    report = handle.report()
+    assert not report.enabled and not report.effective and report.forwards == 1
+
+
+@torch.no_grad()
 def test_reset_keeps_the_prefetched_layer(stack) -> None:
     x = torch.randn(2, 6)
     handle = offload(stack)

@@ -14,6 +14,7 @@ import typer
 from flextensor_compile import __version__
 from flextensor_compile.cli import inspect_cmd, plan_cmd, profile_cmd, sweep_cmd
 from flextensor_compile.cli.errors import run_guarded
+from flextensor_compile.cli.render import FLAG
 
 __all__ = ["app", "main"]
 
@@ -39,9 +40,16 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show the traceback when a command fails."),
+    debug: bool = typer.Option(
+        False, "--debug", metavar=FLAG, help="Show the traceback when a command fails."
+    ),
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        False,
+        "--version",
+        metavar=FLAG,
+        callback=_version,
+        is_eager=True,
+        help="Print the version and exit.",
     ),
 ) -> None:
     """flextensor offload profile compiler."""

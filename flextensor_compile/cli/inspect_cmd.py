@@ -11,14 +11,21 @@ from typing import Any
 
 import typer
 
+from flextensor_compile.cli.render import FLAG
+
 __all__ = ["register"]
 
 
 def inspect(
     profile: Path = typer.Argument(..., help="An offload profile (.msgpack) written by ftc."),
-    as_json: bool = typer.Option(False, "--json", help="Print the stable JSON document."),
+    as_json: bool = typer.Option(
+        False, "--json", metavar=FLAG, help="Print the stable JSON document."
+    ),
     explain: bool = typer.Option(
-        False, "--explain", help="Say why each tensor streams or stays, and list the blocks."
+        False,
+        "--explain",
+        metavar=FLAG,
+        help="Say why each tensor streams or stays, and list the blocks.",
     ),
     timeline: Path = typer.Option(
         None, "--timeline", help="Draw one iteration's compute and copy lanes to this PNG."

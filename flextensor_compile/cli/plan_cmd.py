@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
+from flextensor_compile.cli.render import FLAG
 
 __all__ = ["register"]
 
@@ -26,7 +27,9 @@ def plan(
     num_blocks: int = typer.Option(None, "--num-blocks", help="Exact number of memory blocks."),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks to use."),
     assignment: str = typer.Option("optimized-round-robin", "--assignment", help=ASSIGNMENT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the profile's inspect document."),
+    as_json: bool = typer.Option(
+        False, "--json", metavar=FLAG, help="Print the profile's inspect document."
+    ),
 ) -> None:
     """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
     from flextensor_compile.cli.paths import check_output_file

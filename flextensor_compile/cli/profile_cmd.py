@@ -14,6 +14,8 @@ from typing import Any
 
 import typer
 
+from flextensor_compile.cli.render import FLAG
+
 __all__ = ["register"]
 
 
@@ -141,8 +143,8 @@ def profile(
     save_stats: Path = typer.Option(None, "--save-stats", help="Also write the measurements (stats.json) for `ftc plan`."),
     output: Path = typer.Option(Path("profile.msgpack"), "-o", "--output", help="Where to write the profile."),
     seed: int = typer.Option(0, "--seed", help="Seed recorded in the plan (ties broken deterministically)."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars or notes."),
-    as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
+    quiet: bool = typer.Option(False, "--quiet", metavar=FLAG, help="No progress bars or notes."),
+    as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print a machine-readable summary."),
     instrument: Path = typer.Option(None, "--instrument", help="Write each component's resolved configuration as JSON into DIR."),
     cache: str = typer.Option(None, "--cache", help="Write a caches section, e.g. fixed-step:module=transformer;skip=2-18/2."),
     vram: str = typer.Option(None, "--vram", help="Write a vram section, e.g. map=Linear:linear,LayerNorm:module;offload_device=cpu;computation_device=cuda."),

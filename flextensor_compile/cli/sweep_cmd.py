@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+from flextensor_compile.cli.render import FLAG
 
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
@@ -52,7 +53,7 @@ def sweep(
         help=STRATEGY_HELP.rstrip(".") + " (default: the profile's, or adaptive).",
     ),
     plot: Path = typer.Option(None, "--plot", help="Also draw the curve to this PNG."),
-    as_json: bool = typer.Option(False, "--json", help="Print the points as JSON."),
+    as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from dataclasses import replace

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
+from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
 from flextensor_compile.cli.render import FLAG
 
 if TYPE_CHECKING:
@@ -52,6 +52,11 @@ def sweep(
         "--strategy",
         help=STRATEGY_HELP.rstrip(".") + " (default: the profile's, or adaptive).",
     ),
+    assignment: str = typer.Option(
+        None,
+        "--assignment",
+        help=ASSIGNMENT_HELP.rstrip(".") + " (default: the profile's, or optimized-round-robin).",
+    ),
     plot: Path = typer.Option(None, "--plot", help="Also draw the curve to this PNG."),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:
@@ -67,6 +72,8 @@ def sweep(
     stats, config = _load(source)
     if strategy is not None:
         config = replace(config, strategy=strategy)
+    if assignment is not None:
+        config = replace(config, assignment=assignment)
     points = run_sweep(stats, config, parse_fractions(fractions))
     if plot is not None:
         plot_sweep(points, plot)

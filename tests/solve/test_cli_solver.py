@@ -141,3 +141,28 @@ def test_latency_plan_on_the_emulated_device_is_not_refused(tmp_path: Path) -> N
     path = save_stats(replace(stats, device=device), tmp_path / "emulated.json")
     result = runner.invoke(app, ["plan", str(path), "-o", str(tmp_path / "p.msgpack")])
     assert result.exit_code == 0, result.output
+
+
+def test_ring_assignment_through_plan_sweep_and_explain(tmp_path: Path) -> None:
+    from tests.solve.test_ring import moe_stats
+
+    stats = moe_stats()
+    source = save_stats(stats, tmp_path / "moe.json")
+    out = tmp_path / "ring.msgpack"
+    budget = str(total_bytes(stats) // 4)
+    result = runner.invoke(app, ["plan", str(source), "--budget", budget, "--assignment", "ring",
+                                 "--strategy", "greedy", "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    profile = load(out)
+    assert len(profile.blocks) == 1 and "--assignment ring" in profile.meta.command
+    explained = runner.invoke(app, ["inspect", str(out), "--explain", "--json"])
+    assert explained.exit_code == 0, explained.output
+    doc = json.loads(explained.output)
+    copies = doc["explain"]["blocks"][0]["transfers"]
+    assert len(copies) == len(profile.schedule) and any(c["offset"] for c in copies)
+    reasons = [t["reason"] for t in doc["explain"]["tensors"] if t["placement"] == "streamed"]
+    assert any("as its trap is entered" in r for r in reasons)  # an on-entry copy, explained
+    swept = runner.invoke(app, ["sweep", str(out), "--fractions", "0.3,0.6", "--json"])
+    assert swept.exit_code == 0, swept.output
+    bad = runner.invoke(app, ["sweep", str(out), "--fractions", "0.3", "--assignment", "rng"])
+    assert bad.exit_code != 0 and "unknown assignment 'rng'" in str(bad.exception or bad.output)

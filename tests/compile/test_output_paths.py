@@ -71,3 +71,33 @@ def test_piped_profile_output_has_no_progress_residue(tmp_path, capsys) -> None:
     lines = err.splitlines()
     assert lines and all(line.strip() for line in lines), err  # no blank progress-bar lines
     assert lines[-1].startswith("profiling cost: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "cause"),
+    [
+        (["-o", "{tmp}/locked/p.msgpack"], "the folder '{tmp}/locked' is not writable"),
+        (["--instrument", "{tmp}/locked/dump"], "'{tmp}/locked' is not a writable folder"),
+    ],
+)
+def test_an_unwritable_folder_is_one_line_before_building(
+    tmp_path, capsys, monkeypatch, args, cause
+) -> None:
+    """The folder's permission bits say no (as root every folder is writable, so the check
+    reads what `os.access` reports, here made to refuse writes under `locked`)."""
+    import flextensor_compile.cli.paths as paths
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = paths.os.access
+    monkeypatch.setattr(
+        paths.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode)
+    )
+    model = tmp_path / "model.py"
+    model.write_text(NEVER_BUILT)
+    argv = ["profile", str(model), "-o", str(tmp_path / "p.msgpack")]
+    argv += [a.format(tmp=tmp_path) for a in args]
+    code, err = _run(capsys, argv)
+    assert code == 1 and len(err.splitlines()) == 1
+    assert err.startswith("ftc: invalid option: ") and cause.format(tmp=tmp_path) in err
+    assert list(locked.iterdir()) == []

@@ -1,11 +1,12 @@
 """The ring layout: every streamed tensor in one staging block, placed where bytes free up first.
 
-Owns: placing a selection's streamed tensors (trap by trap, in name order) at byte offsets of a
+Owns: placing a selection's streamed tensors (trap by trap, largest first) at byte offsets of a
 single block of `ring_bytes`, each where the bytes it needs are released earliest (lowest offset
-on ties; never over bytes its own trap holds), so the copy engine can fill the next traps'
-tensors into whatever the running trap does not hold; turning the placement into transfers
-(consecutive tensors of one trap that are adjacent and can be issued at the same trap entry
-form one transfer); the issue point of each (the entry of the trap after the last reader of any
+on ties; never over bytes its own trap holds), or beside the trap's tensors already placed when
+those bytes are free no later than the trap's copy needs anyway, so the copy engine can fill the
+next traps' tensors into whatever the running trap does not hold; turning the placement into
+transfers (a trap's tensors that are adjacent and can be issued at the same trap entry form one
+transfer); the issue point of each (the entry of the trap after the last reader of any
 byte it overwrites, cyclically; the trap's own entry when that reader is the trap just before:
 an on-entry copy); and `ring_need`, the staging a selection needs so the engine never idles.
 A two-block plan stages two transfers at once; the ring stages one transfer plus what the engine
@@ -28,7 +29,8 @@ _AVOID = _OWN - 1  # bytes the next trap (next iteration) reads: only if nothing
 
 @dataclass(frozen=True)
 class RingPiece:
-    """One transfer of the ring: a run of one trap's tensors at `offset` (placement order)."""
+    """One transfer of the ring: a run of one trap's adjacent tensors at `offset` (in address
+    order)."""
 
     trap: int
     offset: int

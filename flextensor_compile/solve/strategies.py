@@ -36,12 +36,8 @@ DEFAULT_STRATEGY = "adaptive"
 STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack",
               "global-offload", "global-tensor-selection")  # fmt: skip
 _BLOCK_COUNTS = (1, 2, 3)
-_RING_HEADROOM = (
-    0.25,
-    0.5,
-    0.125,
-    1.0,
-)  # x the largest transfer: tried first, first, low, high  # x the largest transfer: extra ring to try
+# ring headroom, x the largest transfer: the first two, then the third or fourth (lower, higher)
+_RING_HEADROOM = (0.25, 0.5, 0.125, 1.0)
 _RING_RETRIES = 2  # families whose ring plans are refitted with headroom
 _RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection")  # under adaptive
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
@@ -53,7 +49,7 @@ Generator = Callable[[Context, Layout], Iterator[Candidate]]
 
 
 def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout,
-         windowed: bool = False, tag: tuple[object, ...] = ()) -> Iterator[Candidate]:  # fmt: skip
+         tag: tuple[object, ...], windowed: bool = False) -> Iterator[Candidate]:  # fmt: skip
     """The least streaming that fits the budget; for a time-window family (`windowed`) also the
     latency-mode pick (what the windows hide), which streams more and so peaks lower: when it
     fits, a larger budget never gets a higher peak at the same makespan. `tag` names the
@@ -62,8 +58,6 @@ def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay
 
     def select(x: float) -> Pick:
         key = (tag, exact, x)
-        if not tag:
-            return choose(family(x))
         if key not in ctx.pick_cache:
             ctx.pick_cache[key] = choose(family(x))
         return ctx.pick_cache[key]

@@ -44,6 +44,17 @@ def _variants(depth: int, dim: int) -> dict[str, Callable[[], Stack]]:
 
         return make
 
+    def ft_split() -> Stack:
+        """Two copies per trap, the second issued on the trap's own entry (ring-style plans)."""
+        from tests.runtime.split_plans import on_entry, split_profile
+
+        m = stack(depth, dim)
+        order = [f"blocks.{i}" for i in range(depth)]
+        copies = on_entry(m, range(depth - depth % 3), order)  # its three blocks cycle evenly
+        profile = split_profile(m, order, copies, "allocation_block_transfer")
+        offload_from_profile(m, profile, backend=CpuBackend(), log_events=False)
+        return m
+
     def accelerate_hooks() -> Stack:
         from accelerate import cpu_offload
 
@@ -68,6 +79,7 @@ def _variants(depth: int, dim: int) -> dict[str, Callable[[], Stack]]:
         "plain": lambda: stack(depth, dim),
         "flextensor traps (resident)": ft(False),
         "flextensor traps (streamed, 2 blocks)": ft(True),
+        "flextensor traps (2 copies/trap)": ft_split,
         "accelerate cpu_offload": accelerate_hooks,
         "diffusers group offload (leaf)": group("leaf_level"),
         "diffusers group offload (block)": group("block_level"),

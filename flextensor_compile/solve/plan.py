@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flextensor_compile.solve.assign import assign_blocks
-from flextensor_compile.solve.problem import ALIGN_BYTES, Problem
+from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.ring import ring_layout, ring_need
 from flextensor_compile.solve.simulate import CopyJob, Simulation, simulate
 
@@ -147,8 +147,8 @@ def build_plan(
 
 
 def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan | None:
-    """The ring plan: one block as large as the budget leaves (latency mode: `ring_need` plus
-    the largest transfer)."""
+    """The ring plan: one block laid out in as much as the budget leaves (latency mode:
+    `ring_need` plus the largest transfer), then cut to the bytes the placement used."""
     pick = pick_of(problem, selection)
     if not pick.streamed_bytes:
         return None
@@ -162,7 +162,7 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan |
     pieces = ring_layout(problem, selection, ring) if ring >= need else None
     if pieces is None:
         return None
-    ring -= ring % ALIGN_BYTES
+    ring = max(x.offset + x.bytes for x in pieces)  # bytes the placement never reached stay free
     bw = problem.bandwidth
     transfers = tuple(
         PlannedTransfer(x.trap, 0, x.bytes, x.issue_at, x.trap, bw.copy_ms(x.bytes), x.items,

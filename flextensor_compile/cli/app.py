@@ -14,11 +14,12 @@ import typer
 from flextensor_compile import __version__
 from flextensor_compile.cli import inspect_cmd, plan_cmd, profile_cmd, sweep_cmd
 from flextensor_compile.cli.errors import run_guarded
-from flextensor_compile.cli.render import FLAG
+from flextensor_compile.cli.help import FLAG, FtcGroup
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(
+    cls=FtcGroup,
     name="ftc",
     help="flextensor offload profile compiler: plan weight offloading ahead of time.",
     no_args_is_help=True,

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from flextensor_compile.cli.render import FLAG
+from flextensor_compile.cli.help import FLAG, FtcCommand
 
 __all__ = ["register"]
 
@@ -102,4 +102,4 @@ def _reject_json(path: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("inspect")(inspect)
+    app.command("inspect", cls=FtcCommand)(inspect)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import typer
 
+from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
-from flextensor_compile.cli.render import FLAG
 
 __all__ = ["register"]
 
@@ -69,4 +69,4 @@ def plan(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan")(plan)
+    app.command("plan", cls=FtcCommand)(plan)

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from flextensor_compile.cli.render import FLAG
+from flextensor_compile.cli.help import FLAG, FtcCommand
 
 __all__ = ["register"]
 
@@ -211,4 +211,4 @@ def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, 
 
 
 def register(app: typer.Typer) -> None:
-    app.command("profile")(profile)
+    app.command("profile", cls=FtcCommand)(profile)

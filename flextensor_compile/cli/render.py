@@ -17,9 +17,7 @@ from rich.table import Table
 
 from flextensor_compile.units import format_bytes, format_rate
 
-__all__ = ["FLAG", "err_console", "out_console", "print_json", "render_inspect", "sweep_table"]
-
-FLAG = " "  # the metavar of an on/off option: --help shows no value placeholder after it
+__all__ = ["err_console", "out_console", "print_json", "render_inspect", "sweep_table"]
 
 
 _PIPE_WIDTH = 200  # piped output (logs, grep) is not cropped or wrapped at 80 columns

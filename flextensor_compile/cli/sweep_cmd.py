@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
-from flextensor_compile.cli.render import FLAG
 
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
@@ -87,4 +87,4 @@ def sweep(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sweep")(sweep)
+    app.command("sweep", cls=FtcCommand)(sweep)

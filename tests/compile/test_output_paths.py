@@ -19,6 +19,18 @@ def _run(capsys, argv: list[str]) -> tuple[int, str]:
     return code, capsys.readouterr().err.strip()
 
 
+def _profile_refuses(tmp_path: Path, capsys, args: list[str], cause: str) -> None:
+    """`ftc profile` of a model that must never be built, with `args` ({tmp} = tmp_path), is
+    one `invalid option` line naming `cause`."""
+    model = tmp_path / "model.py"
+    model.write_text(NEVER_BUILT)
+    argv = ["profile", str(model), "-o", str(tmp_path / "p.msgpack")]
+    argv += [a.format(tmp=tmp_path) for a in args]
+    code, err = _run(capsys, argv)
+    assert code == 1 and len(err.splitlines()) == 1
+    assert err.startswith("ftc: invalid option: ") and cause.format(tmp=tmp_path) in err
+
+
 @pytest.mark.parametrize(
     ("args", "cause"),
     [
@@ -29,13 +41,7 @@ def _run(capsys, argv: list[str]) -> tuple[int, str]:
     ],
 )
 def test_profile_checks_output_paths_before_building(tmp_path, capsys, args, cause) -> None:
-    model = tmp_path / "model.py"
-    model.write_text(NEVER_BUILT)
-    argv = ["profile", str(model), "-o", str(tmp_path / "p.msgpack")]
-    argv += [a.format(tmp=tmp_path) for a in args]
-    code, err = _run(capsys, argv)
-    assert code == 1 and len(err.splitlines()) == 1
-    assert err.startswith("ftc: invalid option: ") and cause.format(tmp=tmp_path) in err
+    _profile_refuses(tmp_path, capsys, args, cause)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py"]
 
 
@@ -93,11 +99,5 @@ def test_an_unwritable_folder_is_one_line_before_building(
     monkeypatch.setattr(
         paths.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode)
     )
-    model = tmp_path / "model.py"
-    model.write_text(NEVER_BUILT)
-    argv = ["profile", str(model), "-o", str(tmp_path / "p.msgpack")]
-    argv += [a.format(tmp=tmp_path) for a in args]
-    code, err = _run(capsys, argv)
-    assert code == 1 and len(err.splitlines()) == 1
-    assert err.startswith("ftc: invalid option: ") and cause.format(tmp=tmp_path) in err
+    _profile_refuses(tmp_path, capsys, args, cause)
     assert list(locked.iterdir()) == []

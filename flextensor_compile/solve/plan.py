@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.problem import Problem
-from flextensor_compile.solve.ring import ring_layout, ring_need
+from flextensor_compile.solve.ring import RingPiece, ring_layout, ring_need
 from flextensor_compile.solve.simulate import CopyJob, Simulation, simulate
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
+_IDLE_TOLERANCE = 1e-3  # a ring plan this close to its busier lane is not also placed mirrored
 RING = "ring"  # the block order naming the ring layout (one block, tensors placed by release)
 
 
@@ -159,9 +160,30 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan |
     ring = (
         need + max(pick.slot_bytes) if budget is None else budget - problem.reserve_bytes - resident
     )
-    pieces = ring_layout(problem, selection, ring) if ring >= need else None
-    if pieces is None:
+    if ring < need:
         return None
+    best: Plan | None = None
+    for mirrored in (False, True):
+        if best is not None and best.makespan_ms <= _busy_ms(best) * (1 + _IDLE_TOLERANCE):
+            break  # the engine or the compute stream (nearly) never idles
+        if mirrored and ring < ring_need(problem, pick.slot_bytes, selection):
+            break  # mirrored, the engine would wait for bytes while traps compute
+        pieces = ring_layout(problem, selection, ring, mirrored)
+        if pieces is None:
+            continue
+        plan = _ring_plan(problem, selection, strategy, pieces, resident, pick.streamed_bytes)
+        if best is None or plan.rank_key() < best.rank_key():
+            best = plan
+    return best
+
+
+def _busy_ms(plan: Plan) -> float:
+    sim = plan.simulation
+    return max(sim.compute_ms, sim.copy_busy_ms)
+
+
+def _ring_plan(problem: Problem, selection: Selection, strategy: str,
+               pieces: tuple[RingPiece, ...], resident: int, streamed: int) -> Plan:  # fmt: skip
     ring = max(x.offset + x.bytes for x in pieces)  # bytes the placement never reached stay free
     bw = problem.bandwidth
     transfers = tuple(
@@ -172,4 +194,4 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan |
     jobs = tuple(CopyJob(x.trap, x.issue_at, x.copy_ms) for x in transfers)
     sim = simulate(tuple(t.compute_ms for t in problem.traps), jobs)
     peak = resident + ring + problem.reserve_bytes
-    return Plan(strategy, selection, (ring,), transfers, resident, pick.streamed_bytes, peak, sim)
+    return Plan(strategy, selection, (ring,), transfers, resident, streamed, peak, sim)

@@ -4,11 +4,13 @@ Owns: placing a selection's streamed tensors (trap by trap, largest first) at by
 single block of `ring_bytes`, each where the bytes it needs are released earliest (lowest offset
 on ties; never over bytes its own trap holds), or beside the trap's tensors already placed when
 those bytes are free no later than the trap's copy needs anyway, so the copy engine can fill the
-next traps' tensors into whatever the running trap does not hold; turning the placement into
+next traps' tensors into whatever the running trap does not hold; the mirrored placement (traps
+alternate between the ring's two ends, smallest tensors outermost); turning a placement into
 transfers (a trap's tensors that are adjacent and can be issued at the same trap entry form one
 transfer); the issue point of each (the entry of the trap after the last reader of any
 byte it overwrites, cyclically; the trap's own entry when that reader is the trap just before:
-an on-entry copy); and `ring_need`, the staging a selection needs so the engine never idles.
+an on-entry copy); and `ring_need`, the staging a selection needs so the engine never idles
+(in bytes, or in whole tensors: what the mirrored placement needs).
 A two-block plan stages two transfers at once; the ring stages one transfer plus what the engine
 copies while it is read.
 Must not know: time beyond one trap's compute (for `ring_need`), budgets, the profile format.
@@ -188,23 +190,59 @@ def _beside(paint: _Paint, runs: list[list[int]], size: int, now: int, needed: i
     return -1
 
 
+def _mirror(problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes: int
+            ) -> list[tuple[int, int, int, int]] | None:  # fmt: skip
+    """The mirrored placement: streaming traps alternate between the ring's two ends, each
+    contiguous, its smallest tensors outermost. The outer tensors of a trap lie farthest from the
+    trap before it, so the engine copies them while that trap computes, and the rest as soon as
+    it has finished; the ring needs each trap's bytes plus the next trap's outer tensors that
+    cover the copy engine during its compute (`ring_need` with the selection). None when a
+    trap's tensors exceed the ring."""
+    out: list[tuple[int, int, int, int]] = []
+    top = False
+    for order, chosen in enumerate(selection):
+        if not chosen:
+            continue
+        items = problem.traps[order].items
+        ranked = sorted(chosen, key=lambda k: (items[k].slot_bytes, k))
+        if sum(items[k].slot_bytes for k in ranked) > ring_bytes:
+            return None
+        at = ring_bytes if top else 0
+        for k in ranked:
+            size = items[k].slot_bytes
+            if top:
+                at -= size
+                out.append((order, k, at, size))
+            else:
+                out.append((order, k, at, size))
+                at += size
+        top = not top
+    out.sort(key=lambda x: (x[0], x[2]))
+    return out
+
+
 def ring_layout(
-    problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes: int
-) -> tuple[RingPiece, ...] | None:
+    problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes: int,
+    mirrored: bool = False,
+) -> tuple[RingPiece, ...] | None:  # fmt: skip
     """The ring's transfers for `selection` in a block of `ring_bytes` (None: a trap's
-    tensors do not fit in it). The placement is made for the steady state: the iteration's last
-    traps (twice the ring's bytes) are placed into an empty ring first, and the kept pass starts
-    from where they left it."""
+    tensors do not fit in it), placed by release (default) or mirrored (`_mirror`). The
+    placement by release is made for the steady state: the iteration's last traps (twice the
+    ring's bytes) are placed into an empty ring first, and the kept pass starts from where they
+    left it."""
     n = len(problem.traps)
     ring_bytes -= ring_bytes % ALIGN_BYTES
-    paint = _Paint(ring_bytes)
-    first, tail = n, 0
-    while first > 0 and tail < 2 * ring_bytes:
-        first -= 1
-        tail += sum(problem.traps[first].items[k].slot_bytes for k in selection[first])
-    if _place(problem, selection, paint, 0, first) is None:
-        return None
-    placed = _place(problem, selection, paint, n)
+    if mirrored:
+        placed = _mirror(problem, selection, ring_bytes)
+    else:
+        paint = _Paint(ring_bytes)
+        first, tail = n, 0
+        while first > 0 and tail < 2 * ring_bytes:
+            first -= 1
+            tail += sum(problem.traps[first].items[k].slot_bytes for k in selection[first])
+        if _place(problem, selection, paint, 0, first) is None:
+            return None
+        placed = _place(problem, selection, paint, n)
     if placed is None:
         return None
     runs = _runs(placed)
@@ -241,17 +279,29 @@ def _runs(placed: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]
     return runs
 
 
-def ring_need(problem: Problem, slot_bytes: tuple[int, ...]) -> int:
+def ring_need(problem: Problem, slot_bytes: tuple[int, ...],
+              selection: tuple[tuple[int, ...], ...] | None = None) -> int:  # fmt: skip
     """Ring bytes that hold each streaming trap's transfer plus what the engine can copy of the
-    next one while it is read (so copies never wait for a free byte while a trap computes)."""
-    streaming = [(s, w) for s, w in zip(slot_bytes, problem.compute_bytes, strict=True) if s]
+    next one while it is read (so copies never wait for a free byte while a trap computes); with
+    `selection`, in whole tensors: the next trap's smallest tensors up to that amount."""
+    streaming = [(o, s, w) for o, (s, w) in enumerate(zip(slot_bytes, problem.compute_bytes,
+                 strict=True)) if s]  # fmt: skip
     if not streaming:
         return 0
     need = 0
-    nxt = streaming[0][0]  # cyclically, the first trap follows the last
-    for s, within in reversed(streaming):
-        held = s + (nxt if nxt < within else within)
+    nxt_order, nxt = streaming[0][0], streaming[0][1]  # cyclically, the first follows the last
+    for order, s, within in reversed(streaming):
+        ahead = nxt if nxt < within else within
+        if selection is not None and ahead:
+            items = problem.traps[nxt_order].items
+            run = 0
+            for size in sorted(items[k].slot_bytes for k in selection[nxt_order]):
+                run += size
+                if run >= ahead:
+                    break
+            ahead = run
+        held = s + ahead
         if held > need:
             need = held
-        nxt = s
+        nxt_order, nxt = order, s
     return -(-need // ALIGN_BYTES) * ALIGN_BYTES

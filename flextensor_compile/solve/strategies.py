@@ -36,8 +36,8 @@ DEFAULT_STRATEGY = "adaptive"
 STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack",
               "global-offload", "global-tensor-selection")  # fmt: skip
 _BLOCK_COUNTS = (1, 2, 3)
-# ring headroom, x the largest transfer: the first two, then the third or fourth (lower, higher)
-_RING_HEADROOM = (0.25, 0.5, 0.125, 1.0)
+# ring headroom, x the largest transfer
+_RING_HEADROOM = (0.125, 0.25, 0.5, 1.0)
 _RING_RETRIES = 2  # families whose ring plans are refitted with headroom
 _RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection")  # under adaptive
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
@@ -285,8 +285,8 @@ def _ring_plans(ctx: Context, names: list[str],
                 plans: Callable[[str, Layout], Iterator[Plan]]) -> Iterator[Plan]:  # fmt: skip
     """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families
     only); in memory mode then, for the two whose ring plans simulate fastest, the same family
-    fitted with headroom, so the ring has room to copy ahead: 1/4 and 1/2 of the largest
-    transfer, then 1/8 or 1 x on the side of the better of the two."""
+    fitted with headroom, so the ring has room to copy ahead: 1/8, 1/4, 1/2 and 1 x the largest
+    transfer."""
     p = ctx.problem
     base = (1, RING, 0)
     ranked: dict[str, tuple[float, int]] = {}  # family -> (its best ring makespan, top bytes)
@@ -297,15 +297,10 @@ def _ring_plans(ctx: Context, names: list[str],
             yield plan
     if p.budget_bytes is None:
         return
-    a, b, low, high = _RING_HEADROOM
     for name in sorted(ranked, key=lambda g: (ranked[g], g))[:_RING_RETRIES]:
-        top, made = ranked[name][1], dict[float, float]()
-        for part in (a, b, None):
-            if part is None:
-                part = low if made[a] <= made[b] else high
-            found = list(plans(name, (1, RING, int(top * part))))
-            made[part] = min((q.makespan_ms for q in found), default=math.inf)
-            yield from found
+        top = ranked[name][1]
+        for part in _RING_HEADROOM:
+            yield from plans(name, (1, RING, int(top * part)))
 
 
 def _largest(p: Problem, sel: Selection) -> int:

@@ -144,12 +144,12 @@ def test_latency_plan_on_the_emulated_device_is_not_refused(tmp_path: Path) -> N
 
 
 def test_ring_assignment_through_plan_sweep_and_explain(tmp_path: Path) -> None:
-    from tests.solve.test_ring import moe_stats
+    from tests.solve.test_ring import pairs_stats, tight_budget
 
-    stats = moe_stats()
-    source = save_stats(stats, tmp_path / "moe.json")
+    stats = pairs_stats()
+    source = save_stats(stats, tmp_path / "pairs.json")
     out = tmp_path / "ring.msgpack"
-    budget = str(total_bytes(stats) // 4)
+    budget = str(tight_budget(stats))
     result = runner.invoke(app, ["plan", str(source), "--budget", budget, "--assignment", "ring",
                                  "--strategy", "greedy", "-o", str(out)])  # fmt: skip
     assert result.exit_code == 0, result.output

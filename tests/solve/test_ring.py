@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from flextensor_compile.config import plan_command
 from flextensor_compile.planning import plan_profile, solve_stats
 from flextensor_compile.solve import problem_from_stats, solve
+from flextensor_compile.solve.plan import build_plan
 from flextensor_compile.solve.ring import ring_layout, ring_need
+from flextensor_compile.solve.simulate import CopyJob, simulate
 from flextensor_compile.stats import Stats, TrapStat
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import PlanConfig, Transfer, check_profile, occupied_slots
@@ -43,8 +45,9 @@ def selections(draw: st.DrawFn):
 
 
 @SETTINGS
-@given(selections(), st.floats(1.0, 3.0))
-def test_ring_places_each_tensor_once_and_never_overwrites_held_bytes(case, scale) -> None:
+@given(selections(), st.floats(1.0, 3.0), st.booleans())
+def test_ring_places_each_tensor_once_and_never_overwrites_held_bytes(case, scale, mirrored
+                                                                      ) -> None:  # fmt: skip
     problem, sel = case
     slots = tuple(
         sum(t.items[k].slot_bytes for k in ch) for t, ch in zip(problem.traps, sel, strict=True)
@@ -52,7 +55,7 @@ def test_ring_places_each_tensor_once_and_never_overwrites_held_bytes(case, scal
     if not any(slots):
         return
     ring = int(max(ring_need(problem, slots), max(slots)) * scale)
-    pieces = ring_layout(problem, sel, ring)
+    pieces = ring_layout(problem, sel, ring, mirrored)
     if pieces is None:  # only when a trap's transfer cannot fit at all
         assert max(slots) > ring - ring % 256
         return
@@ -70,6 +73,60 @@ def test_ring_places_each_tensor_once_and_never_overwrites_held_bytes(case, scal
         assert not set(occupied_slots(a, n)) & set(occupied_slots(b, n))
 
 
+def pairs_stats(layers: int = 6) -> Stats:
+    """Copy-bound traps of one small and one large tensor; the small one alone covers the copy
+    engine while the trap before computes (0.2 ms at 2e8 B/s is 40 kB)."""
+    traps = tuple(TrapStat(f"l{i}", 0.2, (tensor(f"l{i}.small", 25_000),
+                                          tensor(f"l{i}.large", 60_000)))
+                  for i in range(layers))  # fmt: skip
+    return Stats("pairs", device(2e8), traps)
+
+
+@SETTINGS
+@given(selections())
+def test_ring_need_in_whole_tensors_is_at_least_the_byte_estimate(case) -> None:
+    problem, sel = case
+    slots = tuple(
+        sum(t.items[k].slot_bytes for k in ch) for t, ch in zip(problem.traps, sel, strict=True)
+    )
+    coarse = ring_need(problem, slots, sel)
+    assert ring_need(problem, slots) <= coarse <= 2 * max(slots, default=0) + 255
+
+
+def test_mirrored_ring_keeps_the_engine_busy_in_the_ring_it_needs() -> None:
+    stats = pairs_stats()
+    problem = problem_from_stats(stats, PlanConfig())
+    sel = tuple(tuple(range(len(t.items))) for t in problem.traps)
+    slots = tuple(t.streamable_slot_bytes for t in problem.traps)
+    ring = ring_need(problem, slots, sel)
+    assert ring == slots[0] + problem.traps[1].items[1].slot_bytes  # a trap and the next small
+    compute = tuple(t.compute_ms for t in problem.traps)
+
+    def makespan(mirrored: bool) -> float:
+        pieces = ring_layout(problem, sel, ring, mirrored)
+        assert pieces is not None
+        jobs = tuple(CopyJob(x.trap, x.issue_at, problem.bandwidth.copy_ms(x.bytes))
+                     for x in pieces)  # fmt: skip
+        return simulate(compute, jobs).makespan_ms
+
+    copies = sum(problem.bandwidth.copy_ms(s) for s in slots)
+    assert makespan(True) == pytest.approx(copies, rel=1e-9)  # copies back to back
+    assert makespan(False) > copies * 1.1  # by release, the copies wait for the traps
+
+
+def test_ring_plan_keeps_the_better_placement_within_the_budget() -> None:
+    stats = pairs_stats()
+    problem = problem_from_stats(stats, PlanConfig())
+    sel = tuple(tuple(range(len(t.items))) for t in problem.traps)
+    slots = tuple(t.streamable_slot_bytes for t in problem.traps)
+    budget = tight_budget(stats)
+    bounded = problem_from_stats(stats, PlanConfig(budget_bytes=budget, assignment="ring"))
+    plan = build_plan(bounded, sel, 1, "test", "ring")
+    assert plan is not None and plan.peak_bytes <= budget
+    copies = sum(problem.bandwidth.copy_ms(s) for s in slots)
+    assert plan.makespan_ms == pytest.approx(copies, rel=1e-9)
+
+
 def test_ring_wins_when_copy_bound_traps_are_uneven() -> None:
     stats = moe_stats()
     budget = int(0.5 * total_bytes(stats))
@@ -81,10 +138,18 @@ def test_ring_wins_when_copy_bound_traps_are_uneven() -> None:
     assert plan.makespan_ms < blocks_only.makespan_ms * 0.99
 
 
+def tight_budget(stats: Stats) -> int:
+    """Everything streams in the ring `ring_need` asks for with whole tensors."""
+    problem = problem_from_stats(stats, PlanConfig())
+    sel = tuple(tuple(range(len(t.items))) for t in problem.traps)
+    slots = tuple(t.streamable_slot_bytes for t in problem.traps)
+    streamed = sum(it.bytes for t in problem.traps for it in t.items)
+    return problem.total_bytes - streamed + ring_need(problem, slots, sel)
+
+
 def test_ring_profile_is_valid_and_names_the_assignment() -> None:
-    stats = moe_stats()
-    config = PlanConfig(budget_bytes=int(0.25 * total_bytes(stats)), assignment="ring",
-                        strategy="greedy")  # fmt: skip
+    stats = pairs_stats()
+    config = PlanConfig(budget_bytes=tight_budget(stats), assignment="ring", strategy="greedy")
     profile = plan_profile(stats, config)
     check_profile(profile)
     assert any(t.issue_at == t.trap for t in profile.schedule)  # a tight ring: on-entry copies

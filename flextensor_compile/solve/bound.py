@@ -29,6 +29,8 @@ from flextensor_compile.solve.problem import Problem, TrapSpec
 from flextensor_runtime.errors import ConfigError
 
 __all__ = [
+    "MAX_ALL_SUMS",
+    "MAX_CANDIDATES",
     "MAX_TABLE_SUMS",
     "StagingBound",
     "copies_are_subadditive",
@@ -37,6 +39,8 @@ __all__ = [
 ]
 
 MAX_TABLE_SUMS = 1 << 14  # a trap's table of sizes is rounded to a grid beyond this many sums
+MAX_ALL_SUMS = 1 << 16  # all distinct traps' tables together (each keeps at least 256 sums)
+MAX_CANDIDATES = 1 << 12  # beyond this many, neighbouring candidates for m are merged
 _ROUNDING = 1 + 1e-12  # float slack when comparing per-byte copy times
 
 
@@ -50,7 +54,7 @@ class StagingBound:
     staging_ms: float  # min over feasible m of (D + m) x least per-byte copy time (0: D <= 0)
     deficit_bytes: int  # D = total + reserve - budget
     max_trap_bytes: int  # the m that attains `staging_ms` (lower end when rounded; 0: none)
-    exact: bool  # False when some trap's table was rounded to a grid
+    exact: bool  # False when a trap's table was rounded to a grid or candidates were merged
 
 
 @dataclass(frozen=True)
@@ -115,21 +119,35 @@ def _trap_tables(traps: tuple[TrapSpec, ...], limit: int) -> list[tuple[_Table, 
         tuple(sorted(it.bytes for it in t.items)): sum(it.slot_bytes - it.bytes for it in t.items)
         for t in traps
     }
+    limit = min(limit, max(256, MAX_ALL_SUMS // max(1, len(counts))))
     return [(_table(sizes, limit), n, pads[sizes]) for sizes, n in sorted(counts.items())]
 
 
-def _staging_ms(problem: Problem, deficit: int, limit: int) -> tuple[float, int, bool]:
+def _candidates(
+    tables: list[tuple[_Table, int, int]], most: int
+) -> tuple[list[tuple[int, int]], bool]:
+    """Ranges [lo, hi] that together hold every m a plan could have (one per achievable size
+    of each trap; neighbours merged beyond `most`), sorted by lo; and whether none was merged."""
+    ranges = sorted({(t.grid * y, t.grid * y + t.pad_bytes)
+                     for t, _, _ in tables for y in t.scaled
+                     if t.grid * y + t.pad_bytes > 0})  # fmt: skip
+    if len(ranges) <= most:
+        return ranges, True
+    step = -(-len(ranges) // most)
+    chunks = (ranges[k : k + step] for k in range(0, len(ranges), step))
+    return [(chunk[0][0], max(hi for _, hi in chunk)) for chunk in chunks], False
+
+
+def _staging_ms(problem: Problem, deficit: int, limit: int, most: int) -> tuple[float, int, bool]:
     """(least (D + m) x per-byte time over every m a plan could have, that m, exact tables)."""
     tables = _trap_tables(problem.traps, limit)
     align_pad = max((pad for _, _, pad in tables), default=0)
-    # one candidate per achievable size of each trap: m lies in [lo, hi] for that trap
-    ranges = sorted({(t.grid * y, t.grid * y + t.pad_bytes)
-                     for t, _, _ in tables for y in t.scaled if t.grid * y + t.pad_bytes > 0})  # fmt: skip
+    ranges, alone = _candidates(tables, most)
     bw = problem.bandwidth
     top = max((hi for _, hi in ranges), default=0) + align_pad
     floor_per_byte = _per_byte_ms(bw, top) if top else 0.0
     best, best_m = math.inf, 0
-    for lo, hi in ranges:
+    for lo, hi in ranges:  # a plan's m in [lo, hi]: caps at most cap(hi), its value at least:
         if (deficit + lo) * floor_per_byte >= best:
             break  # every later candidate is at least this large
         if sum(n * t.cap(hi) for t, n, _ in tables) < deficit + lo:
@@ -137,17 +155,19 @@ def _staging_ms(problem: Problem, deficit: int, limit: int) -> tuple[float, int,
         value = (deficit + lo) * _per_byte_ms(bw, hi + align_pad)
         if value < best:
             best, best_m = value, lo
-    return best, best_m, all(t.grid == 1 for t, _, _ in tables)
+    return best, best_m, alone and all(t.grid == 1 for t, _, _ in tables)
 
 
-def staging_bound(problem: Problem, max_table_sums: int = MAX_TABLE_SUMS) -> StagingBound:
+def staging_bound(
+    problem: Problem, max_table_sums: int = MAX_TABLE_SUMS, max_candidates: int = MAX_CANDIDATES
+) -> StagingBound:
     """The staging bound with its parts; latency mode (no budget): the total compute. A trap
-    with more than `max_table_sums` distinct streamed sizes gets a rounded table (a weaker,
-    still valid bound)."""
-    if max_table_sums < 1:
-        raise ConfigError(
-            f"max_table_sums must be at least 1, got {max_table_sums}; pass 1 or more"
-        )
+    with more than `max_table_sums` distinct streamed sizes (fewer when many traps differ: see
+    `MAX_ALL_SUMS`) gets a rounded table, and beyond `max_candidates` sizes neighbouring ones
+    are merged: each gives a weaker, still valid bound."""
+    for name, value in (("max_table_sums", max_table_sums), ("max_candidates", max_candidates)):
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}; pass 1 or more")
     compute = problem.compute_ms
     if problem.budget_bytes is None:
         return StagingBound(compute, compute, 0.0, 0.0, 0, 0, True)
@@ -158,7 +178,7 @@ def staging_bound(problem: Problem, max_table_sums: int = MAX_TABLE_SUMS) -> Sta
     deficit = problem.total_bytes + problem.reserve_bytes - problem.budget_bytes
     if deficit <= 0 or bw.latency_ms < 0:  # a negative latency breaks the per-byte argument
         return StagingBound(max(compute, simple), compute, simple, 0.0, deficit, 0, True)
-    staging, m, exact = _staging_ms(problem, deficit, max_table_sums)
+    staging, m, exact = _staging_ms(problem, deficit, max_table_sums, max_candidates)
     return StagingBound(max(compute, simple, staging), compute, simple, staging, deficit, m, exact)
 
 

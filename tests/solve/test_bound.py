@@ -83,21 +83,25 @@ def _simple_lb_ms(problem: Problem) -> float:
     return max(problem.compute_ms, problem.bandwidth.copy_ms(gap))
 
 
+LIMITS = st.sampled_from([{}, {}, {"max_table_sums": 2}, {"max_table_sums": 8},
+                          {"max_candidates": 2}, {"max_table_sums": 3, "max_candidates": 3}])  # fmt: skip
+
+
 @settings(SETTINGS, max_examples=4 * EXAMPLES)
-@given(memory_problems(), st.sampled_from([None, 2, 8]))
-def test_no_plan_beats_the_bound(problem: Problem, table_sums: int | None) -> None:
-    # a small table limit forces the rounded tables, which must stay valid bounds too
-    bound = staging_bound(problem) if table_sums is None else staging_bound(problem, table_sums)
+@given(memory_problems(), LIMITS)
+def test_no_plan_beats_the_bound(problem: Problem, limits: dict[str, int]) -> None:
+    # small limits force rounded tables and merged candidates: still valid bounds
+    bound = staging_bound(problem, **limits)
     for plan in _plans(problem):
         assert plan.makespan_ms >= bound.bound_ms * (1 - REL), (plan.strategy, bound)
         assert plan.streamed_bytes >= bound.deficit_bytes  # the memory half of the argument
 
 
 @SETTINGS
-@given(memory_problems())
-def test_rounded_tables_only_weaken_the_bound(problem: Problem) -> None:
+@given(memory_problems(), LIMITS)
+def test_rounding_and_merging_only_weaken_the_bound(problem: Problem, limits) -> None:
     exact = staging_bound(problem)
-    rounded = staging_bound(problem, max_table_sums=3)
+    rounded = staging_bound(problem, **limits)
     assert rounded.staging_ms <= exact.staging_ms * (1 + REL)
 
 

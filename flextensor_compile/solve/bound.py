@@ -3,7 +3,7 @@
 Owns: the arithmetic of the bound (memory mode: what every plan must stream, given that a trap's
 streamed tensors share the device with everything resident while it computes, and what the one
 serial copy engine needs to move them); the per-trap tables of achievable streamed sizes it
-scans, kept small by rounding that can only weaken the bound, never break it.
+scans, kept small (rounded sizes, merged candidates) in ways that only weaken the bound.
 Must not know: strategies, blocks, schedules, the simulator, torch, files, the clock.
 
 Argument (counted bytes throughout). A plan streams S bytes per iteration, s_i of them for trap

@@ -7,6 +7,7 @@ No torch, no I/O, no clock, no globals: the same problem always gives the same p
 
 from flextensor_compile.solve.assign import ASSIGNMENTS, Assignment, assign_blocks
 from flextensor_compile.solve.bandwidth import BandwidthModel
+from flextensor_compile.solve.bound import StagingBound, staging_bound, staging_bound_ms
 from flextensor_compile.solve.plan import Plan, PlannedTransfer, Selection, build_plan, plan_memory
 from flextensor_compile.solve.problem import (
     ALIGN_BYTES,
@@ -34,6 +35,7 @@ __all__ = [
     "Problem",
     "Selection",
     "Simulation",
+    "StagingBound",
     "SubsetTable",
     "TrapSpec",
     "align_up",
@@ -43,4 +45,6 @@ __all__ = [
     "problem_from_stats",
     "simulate",
     "solve",
+    "staging_bound",
+    "staging_bound_ms",
 ]

@@ -1,0 +1,185 @@
+"""The staging bound: no plan any strategy finds beats it, and it is never below the simple LB."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flextensor_compile.solve import (
+    ASSIGNMENTS,
+    STRATEGIES,
+    Problem,
+    problem_from_stats,
+    solve,
+    staging_bound,
+    staging_bound_ms,
+)
+from flextensor_compile.stats import Stats, TrapStat
+from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.profile import BandwidthPoint, PlanConfig
+from tests.solve.instances import device, random_stats, tensor, total_bytes
+
+EXAMPLES = int(os.environ.get("FLEXTENSOR_SOLVER_EXAMPLES", "60"))
+SETTINGS = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+REL = 1e-9
+
+
+@st.composite
+def curves(draw: st.DrawFn) -> tuple:
+    """No curve, or 1-3 measured (bytes, bytes/s) points, rates rising or falling with size."""
+    sizes = sorted(draw(st.sets(st.integers(64, 20_000), max_size=3)))
+    return tuple(BandwidthPoint(b, draw(st.sampled_from([2e5, 1e6, 4e6, 2e7]))) for b in sizes)
+
+
+@st.composite
+def layered_stats(draw: st.DrawFn) -> Stats:
+    """3-10 traps that all stream (1-4 tensors each, a gap trap now and then): most budgets fit."""
+    traps = []
+    for i in range(draw(st.integers(3, 10))):
+        compute = draw(st.floats(0.0, 5.0))
+        if i and draw(st.integers(0, 5)) == 0:
+            traps.append(TrapStat(f"gap{i}", compute, (), kind="gap"))
+            continue
+        sizes = draw(st.lists(st.integers(100, 5000), min_size=1, max_size=4))
+        tensors = tuple(tensor(f"t{i}.{k}", n) for k, n in enumerate(sizes))
+        traps.append(TrapStat(f"trap{i}", compute, tensors))
+    rate = draw(st.sampled_from([1e6, 5e6, 2e7]))
+    return Stats("layered", device(rate, draw(st.sampled_from([0.0, 0.01, 0.3]))), tuple(traps))
+
+
+@st.composite
+def memory_problems(draw: st.DrawFn) -> Problem:
+    stats = draw(st.one_of(random_stats(), layered_stats()))
+    d = stats.device
+    stats = replace(stats, device=replace(d, bandwidth_curve=draw(curves())))
+    fraction = draw(st.floats(0.4, 1.1))
+    config = PlanConfig(
+        budget_bytes=max(1, int(fraction * total_bytes(stats))),
+        activation_reserve_bytes=draw(st.sampled_from([0, 0, 512, 4096])),
+        assignment=draw(st.sampled_from(ASSIGNMENTS)),
+    )
+    return problem_from_stats(stats, config)
+
+
+def _plans(problem: Problem):
+    for strategy in STRATEGIES:
+        try:
+            yield solve(problem, strategy)
+        except BudgetError:
+            continue
+
+
+def _simple_lb_ms(problem: Problem) -> float:
+    """The benchmark's LB: max(total compute, copy time of (weight bytes - budget))."""
+    assert problem.budget_bytes is not None
+    gap = max(0, problem.total_bytes - problem.budget_bytes)
+    return max(problem.compute_ms, problem.bandwidth.copy_ms(gap))
+
+
+LIMITS = st.sampled_from([{}, {}, {"max_table_sums": 2}, {"max_table_sums": 8},
+                          {"max_candidates": 2}, {"max_table_sums": 3, "max_candidates": 3}])  # fmt: skip
+
+
+@settings(SETTINGS, max_examples=4 * EXAMPLES)
+@given(memory_problems(), LIMITS)
+def test_no_plan_beats_the_bound(problem: Problem, limits: dict[str, int]) -> None:
+    # small limits force rounded tables and merged candidates: still valid bounds
+    bound = staging_bound(problem, **limits)
+    for plan in _plans(problem):
+        assert plan.makespan_ms >= bound.bound_ms * (1 - REL), (plan.strategy, bound)
+        assert plan.streamed_bytes >= bound.deficit_bytes  # the memory half of the argument
+
+
+@SETTINGS
+@given(memory_problems(), LIMITS)
+def test_rounding_and_merging_only_weaken_the_bound(problem: Problem, limits) -> None:
+    exact = staging_bound(problem)
+    rounded = staging_bound(problem, **limits)
+    assert rounded.staging_ms <= exact.staging_ms * (1 + REL)
+
+
+@st.composite
+def aligned_stats(draw: st.DrawFn) -> Stats:
+    """Tensors of whole 256-byte slots (no alignment padding), one rate, a per-copy latency."""
+    traps = []
+    for i in range(draw(st.integers(2, 6))):
+        sizes = draw(st.lists(st.integers(1, 40), min_size=1, max_size=4))
+        tensors = tuple(tensor(f"t{i}.{k}", 128 * n) for k, n in enumerate(sizes))
+        traps.append(TrapStat(f"trap{i}", draw(st.floats(0.0, 3.0)), tensors))
+    latency = draw(st.sampled_from([0.0, 0.01, 0.5]))
+    return Stats("aligned", device(draw(st.sampled_from([1e6, 2e7])), latency), tuple(traps))
+
+
+@SETTINGS
+@given(aligned_stats(), st.floats(0.05, 1.0))
+def test_the_staging_term_alone_is_at_least_the_simple_lb(stats: Stats, fraction: float) -> None:
+    problem = problem_from_stats(stats, PlanConfig(budget_bytes=int(fraction * total_bytes(stats))))
+    bound = staging_bound(problem)
+    simple = _simple_lb_ms(problem)
+    assert bound.bound_ms >= simple * (1 - REL)
+    if bound.deficit_bytes > 0 and bound.exact:
+        # (D + m) x per-byte time at m >= (D + m) x per-byte time at D + m >= copy_ms(D)
+        assert bound.staging_ms >= problem.bandwidth.copy_ms(bound.deficit_bytes) * (1 - REL)
+
+
+def test_bench_like_instance_is_tighter_than_the_simple_lb() -> None:
+    # 16 equal layers of 4 MiB + 2 MiB, 1 ms compute, 1 GB/s with 0.01 ms per copy, 50% budget:
+    # every plan streams half the weights plus the largest trap's share, so LB* > LB
+    traps = tuple(
+        TrapStat(f"l{i}", 1.0, (tensor(f"l{i}.a", 2 << 20), tensor(f"l{i}.b", 1 << 20)))
+        for i in range(16)
+    )
+    stats = Stats("layers", device(1e9, 0.01), traps)
+    problem = problem_from_stats(stats, PlanConfig(budget_bytes=total_bytes(stats) // 2))
+    bound = staging_bound(problem)
+    assert bound.bound_ms > _simple_lb_ms(problem) * 1.05
+    assert solve(problem).makespan_ms >= bound.bound_ms
+
+
+def test_hand_worked_instance() -> None:
+    # traps: [2560 B, 1280 B], [2560 B, 1280 B], [5120 B]; 1 ms each; 1000 bytes/ms, 0.5 ms per
+    # copy; budget 9000 of 12800 bytes, no reserve: D = 12800 - 9000 = 3800.
+    # m (the most one trap streams) and sum of caps against D + m:
+    #   1280: 1280 + 1280 + 0    = 2560  < 5080  infeasible
+    #   2560: 2560 + 2560 + 0    = 5120  < 6360  infeasible
+    #   3840: 3840 + 3840 + 0    = 7680 >= 7640  value 7640 x (0.5 / 3840 + 0.001) = 8.634792 ms
+    #   5120: 3840 + 3840 + 5120 = 12800 >= 8920 value 8920 x (0.5 / 5120 + 0.001) = 9.791094 ms
+    # total compute 3 ms, simple LB copy_ms(3800) = 4.3 ms, so the bound is 7.64 + 0.5 x 7640/3840.
+    traps = (
+        TrapStat("a", 1.0, (tensor("a.w", 1280), tensor("a.v", 640))),
+        TrapStat("b", 1.0, (tensor("b.w", 1280), tensor("b.v", 640))),
+        TrapStat("c", 1.0, (tensor("c.w", 2560),)),
+    )
+    stats = Stats("hand", device(1e6, 0.5), traps)
+    problem = problem_from_stats(stats, PlanConfig(budget_bytes=9000))
+    bound = staging_bound(problem)
+    assert bound.deficit_bytes == 3800
+    assert bound.max_trap_bytes == 3840
+    assert bound.simple_ms == pytest.approx(4.3)
+    assert bound.bound_ms == pytest.approx(7.64 + 0.5 * 7640 / 3840, rel=1e-12)
+    for plan in _plans(problem):
+        assert plan.makespan_ms >= bound.bound_ms * (1 - REL)
+
+
+def test_no_feasible_plan_gives_an_infinite_bound() -> None:
+    # two traps of one 2560-byte tensor each and a budget under one trap's tensor: nothing fits
+    traps = tuple(TrapStat(f"l{i}", 1.0, (tensor(f"l{i}.w", 1280),)) for i in range(2))
+    problem = problem_from_stats(Stats("tiny", device(), traps), PlanConfig(budget_bytes=2000))
+    assert staging_bound_ms(problem) == math.inf
+    with pytest.raises(BudgetError):
+        solve(problem)
+
+
+@given(random_stats())
+@settings(max_examples=20, deadline=None)
+def test_latency_mode_is_total_compute(stats: Stats) -> None:
+    problem = problem_from_stats(stats, PlanConfig())
+    assert staging_bound_ms(problem) == problem.compute_ms
+    assert solve(problem).makespan_ms >= problem.compute_ms * (1 - REL)

@@ -3,22 +3,28 @@
 Owns: per tensor its trap, placement, transfer window (the compute between the copy's issue
 and its reader, or for a resident tensor the compute of the trap before its own), its copy time
 under the device's bandwidth model, and a one-line reason (the solver's own reason for a pinned tensor, from the profile's
-`solver` section, when present); the budget left; and per block the
+`solver` section, when present); the budget left; the predicted makespan against the staging
+bound (the least any plan for the same measurements and budget can predict); and per block the
 transfers it carries in order. All of it as plain data (`explanation_json` for `--json`).
 Must not know: the CLI, rendering, how the plan was searched.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from flextensor_compile.emit import SOLVER_SECTION
-from flextensor_compile.solve.problem import TINY_RATIO
+from flextensor_compile.solve.bound import staging_bound_ms
+from flextensor_compile.solve.problem import TINY_RATIO, problem_from_stats
+from flextensor_compile.sweep import stats_from_profile
 from flextensor_compile.timeline import bandwidth_of
+from flextensor_runtime.errors import FlextensorError
 from flextensor_runtime.profile import Profile, TensorEntry, Transfer
 
-__all__ = ["BlockRow", "Explanation", "TensorWhy", "explain_profile", "explanation_json"]
+__all__ = ["BlockRow", "Explanation", "TensorWhy", "bound_of", "explain_profile",
+           "explanation_json"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class Explanation:
     budget_bytes: int | None
     peak_bytes: int
     budget_left_bytes: int | None
+    makespan_ms: float  # predicted
+    bound_ms: float | None  # the staging bound (None: the profile's measurements do not solve)
     tensors: tuple[TensorWhy, ...]
     blocks: tuple[BlockRow, ...]
 
@@ -118,9 +126,22 @@ def explain_profile(profile: Profile) -> Explanation:
         budget_bytes=budget,
         peak_bytes=profile.predicted.peak_bytes,
         budget_left_bytes=None if budget is None else budget - profile.predicted.peak_bytes,
+        makespan_ms=profile.predicted.makespan_ms,
+        bound_ms=bound_of(profile),
         tensors=tuple(rows),
         blocks=_blocks(profile),
     )
+
+
+def bound_of(profile: Profile) -> float | None:
+    """The staging bound for the profile's measurements and budget: no plan predicts less
+    (None when they cannot be solved again, e.g. no plan fits)."""
+    try:
+        problem = problem_from_stats(stats_from_profile(profile), profile.config)
+    except FlextensorError:
+        return None
+    bound = staging_bound_ms(problem)
+    return bound if math.isfinite(bound) else None
 
 
 def _carrier(own: tuple[Transfer, ...], e: TensorEntry) -> Transfer | None:

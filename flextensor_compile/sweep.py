@@ -1,6 +1,7 @@
 """The memory/speed curve: predicted makespan, stall and streamed bytes against the budget.
 
-Owns: re-solving one model at a range of budgets (fractions of its weight bytes), the fraction
+Owns: re-solving one model at a range of budgets (fractions of its weight bytes) with the staging
+bound at each (the least makespan any plan at that budget can predict), the fraction
 range syntax `start:stop:step`, recovering stats from a compiled profile (so a sweep can start
 from either), and the optional plot (matplotlib, as for the timeline).
 Must not know: the CLI, rendering, files.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from flextensor_compile.emit import SOLVER_SECTION
 from flextensor_compile.planning import solve_stats
+from flextensor_compile.solve.bound import staging_bound_ms
 from flextensor_compile.solve.problem import NOT_OFFLOADABLE
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_compile.timeline import import_pyplot
@@ -38,6 +40,7 @@ class SweepPoint:
     peak_bytes: int | None
     strategy: str | None
     error: str = ""
+    bound_ms: float | None = None  # the staging bound: no plan at this budget predicts less
 
 
 _MAX_POINTS = 1000  # budgets one sweep solves: each is a full solve
@@ -110,25 +113,30 @@ def sweep(stats: Stats, config: PlanConfig, fractions: tuple[float, ...]) -> tup
         budget = max(1, int(f * weights))
         cfg = replace(config, budget_bytes=budget, mem_fraction=None)
         try:
-            _, plan = solve_stats(stats, cfg)
+            problem, plan = solve_stats(stats, cfg)
         except BudgetError as exc:
             points.append(SweepPoint(f, budget, budget / memory, None, None, None, None, None,
                                      str(exc)))  # fmt: skip
             continue
+        bound = staging_bound_ms(problem)
         points.append(SweepPoint(f, budget, budget / memory, plan.makespan_ms,
                                  plan.simulation.stall_ms, plan.streamed_bytes, plan.peak_bytes,
-                                 plan.strategy))  # fmt: skip
+                                 plan.strategy, bound_ms=bound if math.isfinite(bound) else None))  # fmt: skip
     return tuple(points)
 
 
 def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> Path:
-    """Makespan and stall (left axis) and streamed GiB (right axis) against the budget."""
+    """Makespan, the staging bound and stall (left axis) and streamed GiB (right axis) against
+    the budget."""
     plt = import_pyplot()
     ok = [p for p in points if p.makespan_ms is not None]
     fig, ax = plt.subplots(figsize=(8, 4))
     xs = [p.budget_bytes / 2**30 for p in ok]
     ax.plot(xs, [p.makespan_ms for p in ok], marker="o", label="makespan (ms)")
     ax.plot(xs, [p.stall_ms for p in ok], marker=".", label="stall (ms)")
+    bounded = [p for p in ok if p.bound_ms is not None]
+    ax.plot([p.budget_bytes / 2**30 for p in bounded], [p.bound_ms for p in bounded],
+            linestyle=":", color="black", label="staging bound (ms)")  # fmt: skip
     ax.set_xlabel("budget (GiB)")
     ax.set_ylabel("ms per iteration")
     right = ax.twinx()

@@ -68,6 +68,11 @@ def _render_explain(expl: dict, console: Any) -> None:
 
     left = expl["budget_left_bytes"]
     console.print(f"\nbudget left: {'no cap' if left is None else format_bytes(left)}")
+    bound = expl["bound_ms"]
+    if bound:
+        console.print(f"predicted makespan {expl['makespan_ms']:.3f} ms = "
+                      f"{expl['makespan_ms'] / bound:.3f} x the staging bound {bound:.3f} ms "
+                      "(no plan within this budget predicts less)")  # fmt: skip
     why = Table(title="why each tensor streams or stays", title_justify="left",
                 header_style="bold")  # fmt: skip
     for col in ("tensor", "placement", "size", "window ms", "copy ms", "reason"):

@@ -132,20 +132,22 @@ def render_inspect(doc: dict[str, Any], console: Console) -> None:
 
 def sweep_table(points: Sequence[Any]) -> Table:
     """`ftc sweep`'s table: one row per budget fraction (points from `flextensor_compile.sweep`)."""
-    table = Table(title="predicted iteration per budget (frac = fraction of the weight bytes)",
+    table = Table(title="predicted iteration per budget (frac = fraction of the weight bytes; "
+                  "x bound = makespan over the least any plan at that budget can predict)",
                   title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False)  # fmt: skip
-    widths = {"frac": 5, "budget": 9, "makespan ms": 11, "stall ms": 9, "streamed": 9,
-              "peak": 9}  # fmt: skip
+    widths = {"frac": 5, "budget": 9, "makespan ms": 11, "x bound": 7, "stall ms": 9,
+              "streamed": 9, "peak": 9}  # fmt: skip
     for col, width in widths.items():
         table.add_column(col, justify="right", no_wrap=True, min_width=width)
     table.add_column("strategy", overflow="fold")
     for p in points:
         if p.makespan_ms is None:
             table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), "-", "-", "-", "-",
-                          "does not fit")  # fmt: skip
+                          "-", "does not fit")  # fmt: skip
             continue
+        ratio = f"{p.makespan_ms / p.bound_ms:.3f}" if p.bound_ms else "-"
         table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.makespan_ms:.3f}",
-                      f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
+                      ratio, f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
                       format_bytes(p.peak_bytes), p.strategy or "-")  # fmt: skip
     return table

@@ -49,11 +49,12 @@ def test_sweep_from_stats_and_from_a_profile(stats_file: Path, tmp_path: Path) -
     points = json.loads(result.output)
     assert [p["fraction"] for p in points] == [0.4, 0.6, 0.8, 1.0]
     assert points[-1]["stall_ms"] == 0 and points[-1]["peak_bytes"] <= points[-2]["peak_bytes"]
+    assert all(0 < p["bound_ms"] <= p["makespan_ms"] * (1 + 1e-9) for p in points)
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
     out = tmp_path / "p.msgpack"
     assert runner.invoke(app, ["plan", str(stats_file), "-o", str(out)]).exit_code == 0
     table = runner.invoke(app, ["sweep", str(out), "--fractions", "0.5,1.0"])
-    assert table.exit_code == 0 and "1.00" in table.output
+    assert table.exit_code == 0 and "1.00" in table.output and "x bound" in table.output
 
 
 def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:
@@ -69,8 +70,10 @@ def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:
     doc = json.loads(result.output)
     assert {t["placement"] for t in doc["explain"]["tensors"]} == {"resident", "streamed"}
     assert png.read_bytes()[:4] == b"\x89PNG"
+    assert 0 < doc["explain"]["bound_ms"] <= doc["explain"]["makespan_ms"] * (1 + 1e-9)
     human = runner.invoke(app, ["inspect", str(out), "--explain"])
     assert human.exit_code == 0 and "block assignment" in human.output
+    assert "x the staging bound" in human.output
 
 
 @pytest.mark.parametrize(

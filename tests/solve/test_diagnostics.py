@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 
 from flextensor_compile.explain import explain_profile, explanation_json
 from flextensor_compile.planning import plan_profile
+from flextensor_compile.solve import problem_from_stats, staging_bound_ms
 from flextensor_compile.stats import Stats, TrapStat, load_stats
 from flextensor_compile.sweep import parse_fractions, plot_sweep, stats_from_profile, sweep
 from flextensor_compile.timeline import plot_timeline, simulate_profile
@@ -50,6 +52,16 @@ def test_explain_covers_every_tensor_and_block() -> None:
     assert expl.budget_left_bytes == profile.config.budget_bytes - profile.predicted.peak_bytes
     doc = json.loads(json.dumps(explanation_json(expl)))
     assert len(doc["tensors"]) == len(expl.tensors)
+    assert doc["makespan_ms"] == profile.predicted.makespan_ms
+    problem = problem_from_stats(_tied_stats(), profile.config)
+    assert doc["bound_ms"] == staging_bound_ms(problem) <= doc["makespan_ms"] * (1 + 1e-9)
+    assert doc["bound_ms"] > problem.compute_ms  # copy-bound: the bound is the staging term
+
+
+def test_explain_has_no_bound_when_the_measurements_no_longer_solve() -> None:
+    profile = _profile(_tied_stats(), 0.6)
+    broken = replace(profile, config=replace(profile.config, assignment="no-such-assignment"))
+    assert explain_profile(broken).bound_ms is None
 
 
 def test_timeline_replays_the_predicted_iteration(tmp_path) -> None:
@@ -78,6 +90,10 @@ def test_sweep_spans_infeasible_to_all_resident(tmp_path) -> None:
     assert mid.peak_bytes <= mid.budget_bytes and (mid.streamed_bytes or 0) > 0
     assert full.stall_ms == 0 and full.peak_bytes is not None
     assert full.makespan_ms == pytest.approx(sum(t.compute_ms for t in stats.traps))
+    assert points[0].bound_ms is None  # no plan: no bound shown
+    for p in (mid, full):  # the bound never exceeds what the plan predicts; all resident: equal
+        assert p.bound_ms is not None and p.bound_ms <= p.makespan_ms * (1 + 1e-9)
+    assert full.bound_ms == pytest.approx(full.makespan_ms)
     # ranked by makespan, then peak: a larger budget never gets a higher peak at the same speed
     if mid.makespan_ms == pytest.approx(full.makespan_ms):
         assert full.peak_bytes <= mid.peak_bytes

@@ -91,3 +91,48 @@ def test_solver_ring_with_on_entry_copies_deploys_with_identical_outputs(tmp_pat
         model = deploy.offload_from_profile(module.build_model(), path)
         for _ in range(3):
             assert torch.equal(expected, _first(module.run(model, inputs)))
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+def test_mirrored_ring_deploys_with_identical_outputs(tmp_path, mode):
+    """The mirrored ring placement (traps alternating between the block's ends, outer tensors
+    copied while the trap before computes, the rest on entry), emitted and deployed."""
+    from dataclasses import replace
+
+    from flextensor_compile.emit import emit_profile
+    from flextensor_compile.solve import problem_from_stats, solve
+    from flextensor_compile.solve.plan import _ring_plan
+    from flextensor_compile.solve.ring import ring_layout, ring_need
+    from flextensor_compile.sweep import stats_from_profile
+    from flextensor_runtime.profile import DeviceSpec, Meta, PlanConfig, check_profile
+    from profiles import tiny_transformer as module
+
+    cfg = OffloadConfig(max_gpu_mem_fraction=0.8, profiling_iters=1, warmup_iters=0)
+    measured = compile_profile(module.build_model(), module.example_inputs, cfg, run=module.run)
+    stats = stats_from_profile(measured)
+    stats = replace(stats, device=DeviceSpec("fixed", 1 << 30, 1e9, 0.0, (), "emulated"),
+                    traps=tuple(replace(t, compute_ms=0.2) for t in stats.traps))  # fmt: skip
+    config = PlanConfig(budget_bytes=measured.model.total_bytes // 2, assignment="ring",
+                        strategy="greedy", transfer_mode=mode)  # fmt: skip
+    problem = problem_from_stats(stats, config)
+    sel = solve(problem, "greedy").selection
+    slots = tuple(sum(t.items[k].slot_bytes for k in ch)
+                  for t, ch in zip(problem.traps, sel, strict=True))  # fmt: skip
+    streamed = sum(t.items[k].bytes for t, ch in zip(problem.traps, sel, strict=True) for k in ch)
+    ring = ring_need(problem, slots, sel)
+    pieces = ring_layout(problem, sel, ring, mirrored=True)
+    assert pieces is not None
+    plan = _ring_plan(problem, sel, "greedy", pieces, problem.total_bytes - streamed, streamed)
+    config = replace(config, budget_bytes=max(config.budget_bytes or 0, plan.peak_bytes))
+    problem = replace(problem, budget_bytes=config.budget_bytes)
+    assert any(x.issue_at == x.trap for x in plan.transfers)  # on-entry parts over the last trap
+    assert len({x.offset for x in plan.transfers}) > 2  # both ends of the block in use
+    profile = emit_profile(stats, config, problem, plan, Meta("test", "test", "", "fixed"))
+    check_profile(profile)
+    path = save(profile, tmp_path / "mirrored.msgpack")
+    inputs = module.example_inputs()
+    with torch.no_grad():
+        expected = _first(module.run(module.build_model(), inputs))
+        model = deploy.offload_from_profile(module.build_model(), path)
+        for _ in range(3):
+            assert torch.equal(expected, _first(module.run(model, inputs)))

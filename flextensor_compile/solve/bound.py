@@ -239,8 +239,8 @@ def _first_ranges(
 def _overlap_ms(problem: Problem, deficit: int, most: int) -> float:
     """Least over every R of the overlap argument's value, best first: the range of R with the
     least value is cut in `_SPLIT` (each part keeps the larger of its own and its range's value,
-    both valid) until the value at some R (R = a = b) is within `_GAP` of it, or it is one
-    byte wide, or `most` ranges were valued."""
+    both valid) until the value at some R (R = a = b) is within `_GAP` of it or `most` ranges
+    were valued."""
     totals = [sum(it.bytes for it in t.items) for t in problem.traps]
     span = _staging_range(totals, deficit)
     if span is None:
@@ -255,13 +255,14 @@ def _overlap_ms(problem: Problem, deficit: int, most: int) -> float:
     while True:
         least, a, b = heap[0]  # every R lies in some range: none has a value below this
         attained = min(attained, value(a, a))  # the least is at most this
-        if attained <= least * (1 + _GAP) or b - a <= 1 or valued + _SPLIT > most:
-            return least
+        if attained <= least * (1 + _GAP) or valued + _SPLIT > most:
+            return least  # (a range of one R always stops here)
         heappop(heap)
         cuts = sorted({a + (b - a) * k // _SPLIT for k in range(_SPLIT + 1)})
-        for x, y in pairwise(cuts):
+        parts = [(a, a), (b, b)] if b - a == 1 else list(pairwise(cuts))
+        for x, y in parts:
             heappush(heap, (max(least, value(x, y)), x, y))
-        valued += len(cuts)
+        valued += len(parts) + 1
 
 
 def staging_bound(

@@ -2,8 +2,9 @@
 
 Owns: the arithmetic of the bound (memory mode: what every plan must stream, given that a trap's
 streamed tensors share the device with everything resident while it computes, and what the one
-serial copy engine needs to move them); the per-trap tables of achievable streamed sizes it
-scans, kept small (rounded sizes, merged candidates) in ways that only weaken the bound.
+serial copy engine needs to move them, also while traps compute); the per-trap tables of
+achievable streamed sizes it scans, kept small (rounded sizes, merged candidates), and the
+ranges of staging sizes it values, in ways that only weaken the bound.
 Must not know: strategies, blocks, schedules, the simulator, torch, files, the clock.
 
 Argument (counted bytes throughout). A plan streams S bytes per iteration, s_i of them for trap
@@ -14,6 +15,20 @@ that is <= m. The copy engine is serial, every copy is at most one trap's packed
 copy of x bytes takes at least x times the least per-byte copy time of any size up to the
 largest copy, so the makespan is at least (D + m) times that. The bound is the least of this
 over every m some plan could have, and at least the total compute.
+
+The overlap term adds that copies overlap compute. Let R = S - D: blocks take at most R bytes
+(peak = total - S + blocks + reserve <= budget), so no copy is larger. While trap i computes it
+holds its s_i bytes, and every copy running then found its whole destination free when it
+started and fills it for a later trap, so those copies move at most R - s_i bytes. Let q be the
+least per-byte time of a copy up to R: each copy takes q x its bytes plus some e_k >= 0. Split
+over the traps its time overlaps, the engine is busy at most q (R - s_i) + E_i during trap i
+(sum E_i <= sum e_k) and idle the rest of it, so makespan >= q S + sum_i max(0, c_i - q (R -
+s_i)), c_i the trap's compute. Least over real s_i in [0, min(total_i, R)] summing to S:
+max(0, c_i - q R) is paid anyway, trap i streams u_i = max(0, R - c_i / q) bytes at no further
+cost, and each byte beyond F = sum_i min(total_i, u_i) costs q. The term is the least of
+q S + sum_i max(0, c_i - q R) + q max(0, S - F) over every R with sum_i min(total_i, R) >= S =
+D + R; a range [a, b] of R is valued with q(b) (valid for every copy up to b bytes), S at R = a
+and the rest at R = b (F grows with R, the idle paid anyway shrinks): at most every R's value.
 """
 
 from __future__ import annotations
@@ -21,7 +36,10 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from heapq import heapify, heappop, heappush
 from itertools import pairwise
 
 from flextensor_compile.solve.bandwidth import BandwidthModel
@@ -31,6 +49,7 @@ from flextensor_runtime.errors import ConfigError
 __all__ = [
     "MAX_ALL_SUMS",
     "MAX_CANDIDATES",
+    "MAX_OVERLAP_RANGES",
     "MAX_TABLE_SUMS",
     "StagingBound",
     "copies_are_subadditive",
@@ -41,6 +60,10 @@ __all__ = [
 MAX_TABLE_SUMS = 1 << 14  # a trap's table of sizes is rounded to a grid beyond this many sums
 MAX_ALL_SUMS = 1 << 16  # all distinct traps' tables together (each keeps at least 256 sums)
 MAX_CANDIDATES = 1 << 12  # beyond this many, neighbouring candidates for m are merged
+MAX_OVERLAP_RANGES = 1 << 12  # ranges of R the overlap term values (fewer: a weaker bound)
+_FIRST_RATIO = 1.01  # b / a of the first ranges of R the overlap term values
+_SPLIT = 8  # the range of R with the least value is cut into this many
+_GAP = 1e-5  # ... until the value at some R is within this fraction of the least
 _ROUNDING = 1 + 1e-12  # float slack when comparing per-byte copy times
 
 
@@ -52,9 +75,10 @@ class StagingBound:
     compute_ms: float
     simple_ms: float  # copy time of (total - budget); 0 when copies are not subadditive
     staging_ms: float  # min over feasible m of (D + m) x least per-byte copy time (0: D <= 0)
+    overlap_ms: float  # min over feasible R of copy time plus idle forced by compute (0: D <= 0)
     deficit_bytes: int  # D = total + reserve - budget
     max_trap_bytes: int  # the m that attains `staging_ms` (lower end when rounded; 0: none)
-    exact: bool  # False when a trap's table was rounded to a grid or candidates were merged
+    exact: bool  # staging term: False when a table was rounded or candidates were merged
 
 
 @dataclass(frozen=True)
@@ -158,28 +182,119 @@ def _staging_ms(problem: Problem, deficit: int, limit: int, most: int) -> tuple[
     return best, best_m, alone and all(t.grid == 1 for t, _, _ in tables)
 
 
+def _staging_range(totals: list[int], deficit: int) -> tuple[int, int] | None:
+    """Least and greatest R with sum_i min(total_i, R) - R >= D (None: no R). The left side is
+    concave (slope: traps with total_i > R, less 1), largest from the second-largest total on,
+    and equals sum_i total_i - R beyond the largest, so the set is an interval."""
+    top = sorted(totals, reverse=True)
+    second = top[1] if len(top) > 1 else 0
+    if sum(min(t, second) for t in totals) - second < deficit:
+        return None
+    lo, hi = 0, second  # the left side rises on [0, second]: bisect for its first R >= D
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sum(min(t, mid) for t in totals) - mid >= deficit:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, sum(totals) - deficit
+
+
+def _overlap_value(
+    traps: Counter[tuple[int, float]], bw: BandwidthModel, deficit: int, a: int, b: int
+) -> float:
+    """At most the makespan of any plan whose R is in [a, b]: every copy is at most b bytes, so
+    q = q(b) holds for all; with q fixed, S = D + R is at least D + a, F only grows with R and
+    the idle paid anyway only shrinks, so both are taken at R = b."""
+    q = _per_byte_ms(bw, b)
+    free, idle = 0.0, 0.0
+    for (total, compute), n in traps.items():
+        free += n * min(total, max(0.0, b - compute / q))
+        idle += n * max(0.0, compute - q * b)
+    streamed = deficit + a
+    return q * streamed + idle + q * max(0.0, streamed - free)
+
+
+def _first_ranges(
+    value: Callable[[int, int], float], floor_ms: float, deficit: int, lo: int, hi: int, most: int
+) -> list[tuple[float, int, int]]:
+    """(value, a, b) of ranges covering [lo, hi], b / a near `_FIRST_RATIO`; once q(hi) x
+    (D + a) is no less than the least value so far (or `most` ranges are reached), the rest is
+    one range valued that: every plan with R in it has at least that copy time."""
+    ratio = max(_FIRST_RATIO, (hi / lo) ** (1 / most))
+    ranges: list[tuple[float, int, int]] = []
+    best, a = math.inf, lo
+    while True:
+        if (deficit + a) * floor_ms >= best or len(ranges) == most - 1:
+            ranges.append(((deficit + a) * floor_ms, a, hi))
+            return ranges
+        b = min(hi, max(a + 1, math.ceil(a * ratio)))
+        ranges.append((value(a, b), a, b))
+        best = min(best, ranges[-1][0])
+        if b >= hi:
+            return ranges
+        a = b
+
+
+def _overlap_ms(problem: Problem, deficit: int, most: int) -> float:
+    """Least over every R of the overlap argument's value, best first: the range of R with the
+    least value is cut in `_SPLIT` (each part keeps the larger of its own and its range's value,
+    both valid) until the value at some R (R = a = b) is within `_GAP` of it or `most` ranges
+    were valued."""
+    totals = [sum(it.bytes for it in t.items) for t in problem.traps]
+    span = _staging_range(totals, deficit)
+    if span is None:
+        return math.inf
+    lo, hi = span
+    traps = Counter((total, t.compute_ms) for total, t in zip(totals, problem.traps, strict=True))
+    bw = problem.bandwidth
+    value = partial(_overlap_value, traps, bw, deficit)
+    heap = _first_ranges(value, _per_byte_ms(bw, hi), deficit, lo, hi, most)
+    heapify(heap)
+    valued, attained = len(heap), math.inf
+    while True:
+        least, a, b = heap[0]  # every R lies in some range: none has a value below this
+        attained = min(attained, value(a, a))  # the least is at most this
+        if attained <= least * (1 + _GAP) or valued + _SPLIT > most:
+            return least  # (a range of one R always stops here)
+        heappop(heap)
+        cuts = sorted({a + (b - a) * k // _SPLIT for k in range(_SPLIT + 1)})
+        parts = [(a, a), (b, b)] if b - a == 1 else list(pairwise(cuts))
+        for x, y in parts:
+            heappush(heap, (max(least, value(x, y)), x, y))
+        valued += len(parts) + 1
+
+
 def staging_bound(
-    problem: Problem, max_table_sums: int = MAX_TABLE_SUMS, max_candidates: int = MAX_CANDIDATES
+    problem: Problem,
+    max_table_sums: int = MAX_TABLE_SUMS,
+    max_candidates: int = MAX_CANDIDATES,
+    max_overlap_ranges: int = MAX_OVERLAP_RANGES,
 ) -> StagingBound:
-    """The staging bound with its parts; latency mode (no budget): the total compute. A trap
-    with more than `max_table_sums` distinct streamed sizes (fewer when many traps differ: see
-    `MAX_ALL_SUMS`) gets a rounded table, and beyond `max_candidates` sizes neighbouring ones
-    are merged: each gives a weaker, still valid bound."""
-    for name, value in (("max_table_sums", max_table_sums), ("max_candidates", max_candidates)):
+    """The bound with its parts; latency mode (no budget): the total compute. A trap with more
+    than `max_table_sums` distinct streamed sizes (fewer when many traps differ: see
+    `MAX_ALL_SUMS`) gets a rounded table, beyond `max_candidates` sizes neighbouring ones are
+    merged, and the overlap term values at most `max_overlap_ranges` ranges of R: each gives a
+    weaker, still valid bound."""
+    limits = (("max_table_sums", max_table_sums), ("max_candidates", max_candidates),
+              ("max_overlap_ranges", max_overlap_ranges))  # fmt: skip
+    for name, value in limits:
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value}; pass 1 or more")
     compute = problem.compute_ms
     if problem.budget_bytes is None:
-        return StagingBound(compute, compute, 0.0, 0.0, 0, 0, True)
+        return StagingBound(compute, compute, 0.0, 0.0, 0.0, 0, 0, True)
     bw = problem.bandwidth
     simple = 0.0
     if copies_are_subadditive(bw):
         simple = bw.copy_ms(max(0, problem.total_bytes - problem.budget_bytes))
     deficit = problem.total_bytes + problem.reserve_bytes - problem.budget_bytes
     if deficit <= 0 or bw.latency_ms < 0:  # a negative latency breaks the per-byte argument
-        return StagingBound(max(compute, simple), compute, simple, 0.0, deficit, 0, True)
+        return StagingBound(max(compute, simple), compute, simple, 0.0, 0.0, deficit, 0, True)
     staging, m, exact = _staging_ms(problem, deficit, max_table_sums, max_candidates)
-    return StagingBound(max(compute, simple, staging), compute, simple, staging, deficit, m, exact)
+    overlap = _overlap_ms(problem, deficit, max_overlap_ranges)
+    bound = max(compute, simple, staging, overlap)
+    return StagingBound(bound, compute, simple, staging, overlap, deficit, m, exact)
 
 
 def staging_bound_ms(problem: Problem) -> float:

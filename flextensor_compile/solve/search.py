@@ -73,9 +73,11 @@ def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
     first (a transfer keeps at least one tensor, so blocks and the schedule stay as they are:
     removing bytes from a transfer never grows a block, so the peak grows by at most the bytes)."""
     traps = ctx.problem.traps
-    options = sorted(
-        ((traps[o].items[k].bytes, o, k) for o in ctx.spread
-         for k in pick.selection[o] if len(pick.selection[o]) > 1),
+    if slack <= 0:
+        return pick
+    options = sorted(  # a tensor larger than the slack never fits it (the slack only shrinks)
+        ((nbytes, o, k) for o in ctx.spread if len(pick.selection[o]) > 1
+         for k in pick.selection[o] if (nbytes := traps[o].items[k].bytes) <= slack),
         key=lambda x: -x[0],
     )  # fmt: skip
     removed: dict[int, set[int]] = {}

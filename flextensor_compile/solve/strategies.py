@@ -257,9 +257,11 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
     seen: set[tuple[Selection, tuple[int, str]]] = set()
     best = math.inf
 
-    def plans(name: str, lay: Layout) -> Iterator[Plan]:
+    def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Plan]:
         for label, sel in _GENERATORS[name](ctx, lay):
-            if (sel, lay[:2]) in seen or (lay[1] == RING and _copy_floor_ms(p, sel) >= best):
+            if (sel, lay[:2]) in seen or (
+                lay[1] == RING and _copy_floor_ms(p, sel) >= min(best, floor)
+            ):
                 continue
             seen.add((sel, lay[:2]))
             plan = build_plan(p, sel, lay[0], label, lay[1])
@@ -282,7 +284,7 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
 
 
 def _ring_plans(ctx: Context, names: list[str],
-                plans: Callable[[str, Layout], Iterator[Plan]]) -> Iterator[Plan]:  # fmt: skip
+                plans: Callable[[str, Layout, float], Iterator[Plan]]) -> Iterator[Plan]:  # fmt: skip
     """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families
     only); in memory mode then, for the two whose ring plans simulate fastest, the same family
     fitted with headroom, so the ring has room to copy ahead: 1/8, 1/4, 1/2 and 1 x the largest
@@ -291,16 +293,19 @@ def _ring_plans(ctx: Context, names: list[str],
     base = (1, RING, 0)
     ranked: dict[str, tuple[float, int]] = {}  # family -> (its best ring makespan, top bytes)
     for name in names if len(names) == 1 else _RING_GENERATORS:
-        for plan in plans(name, base):
+        for plan in plans(name, base, math.inf):
             if plan.makespan_ms < ranked.get(name, (math.inf, 0))[0]:
                 ranked[name] = (plan.makespan_ms, _largest(p, plan.selection))
             yield plan
     if p.budget_bytes is None:
         return
+    fastest = min((made for made, _ in ranked.values()), default=math.inf)
     for name in sorted(ranked, key=lambda g: (ranked[g], g))[:_RING_RETRIES]:
         top = ranked[name][1]
         for part in _RING_HEADROOM:
-            yield from plans(name, (1, RING, int(top * part)))
+            for plan in plans(name, (1, RING, int(top * part)), fastest):
+                fastest = min(fastest, plan.makespan_ms)
+                yield plan
 
 
 def _largest(p: Problem, sel: Selection) -> int:

@@ -288,7 +288,7 @@ def _ring_plans(ctx: Context, names: list[str],
     """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families
     only); in memory mode then, for the two whose ring plans simulate fastest, the same family
     fitted with headroom, so the ring has room to copy ahead: 1/8, 1/4, 1/2 and 1 x the largest
-    transfer."""
+    transfer (skipping selections whose copies alone take longer than the fastest ring plan)."""
     p = ctx.problem
     base = (1, RING, 0)
     ranked: dict[str, tuple[float, int]] = {}  # family -> (its best ring makespan, top bytes)

@@ -63,13 +63,11 @@ def test_ring_profile_deploys_with_identical_outputs(tmp_path, fraction):
             assert torch.equal(expected, _first(module.run(model, inputs)))
 
 
-@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
-def test_solver_ring_with_on_entry_copies_deploys_with_identical_outputs(tmp_path, mode):
-    """A ring plan the solver made (fixed timings, so the plan is the same on every machine),
-    with traps split over several copies and copies issued on their own trap's entry."""
+def _fixed_timing(mode: str):
+    """The tiny transformer's measured stats with fixed timings (so plans are the same on every
+    machine), and a ring config at half its weight bytes in transfer mode `mode`."""
     from dataclasses import replace
 
-    from flextensor_compile.planning import plan_profile
     from flextensor_compile.sweep import stats_from_profile
     from flextensor_runtime.profile import DeviceSpec, PlanConfig
     from profiles import tiny_transformer as module
@@ -81,16 +79,32 @@ def test_solver_ring_with_on_entry_copies_deploys_with_identical_outputs(tmp_pat
                     traps=tuple(replace(t, compute_ms=0.2) for t in stats.traps))  # fmt: skip
     config = PlanConfig(budget_bytes=measured.model.total_bytes // 2, assignment="ring",
                         strategy="greedy", transfer_mode=mode)  # fmt: skip
-    profile = plan_profile(stats, config)
-    assert any(t.issue_at == t.trap for t in profile.schedule)
-    assert len(profile.schedule) > len({t.trap for t in profile.schedule})
-    path = save(profile, tmp_path / "ring.msgpack")
+    return stats, config
+
+
+def _deploys_identically(path) -> None:
+    """The tiny transformer offloaded from `path` gives the reference outputs, three times."""
+    from profiles import tiny_transformer as module
+
     inputs = module.example_inputs()
     with torch.no_grad():
         expected = _first(module.run(module.build_model(), inputs))
         model = deploy.offload_from_profile(module.build_model(), path)
-        for _ in range(3):
+        for _ in range(3):  # steady state: cyclic prefetch and block reuse across iterations
             assert torch.equal(expected, _first(module.run(model, inputs)))
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+def test_solver_ring_with_on_entry_copies_deploys_with_identical_outputs(tmp_path, mode):
+    """A ring plan the solver made, with traps split over several copies and copies issued on
+    their own trap's entry."""
+    from flextensor_compile.planning import plan_profile
+
+    stats, config = _fixed_timing(mode)
+    profile = plan_profile(stats, config)
+    assert any(t.issue_at == t.trap for t in profile.schedule)
+    assert len(profile.schedule) > len({t.trap for t in profile.schedule})
+    _deploys_identically(save(profile, tmp_path / "ring.msgpack"))
 
 
 @pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
@@ -103,24 +117,15 @@ def test_mirrored_ring_deploys_with_identical_outputs(tmp_path, mode):
     from flextensor_compile.solve import problem_from_stats, solve
     from flextensor_compile.solve.plan import _ring_plan
     from flextensor_compile.solve.ring import ring_layout, ring_need
-    from flextensor_compile.sweep import stats_from_profile
-    from flextensor_runtime.profile import DeviceSpec, Meta, PlanConfig, check_profile
-    from profiles import tiny_transformer as module
+    from flextensor_runtime.profile import Meta, check_profile
 
-    cfg = OffloadConfig(max_gpu_mem_fraction=0.8, profiling_iters=1, warmup_iters=0)
-    measured = compile_profile(module.build_model(), module.example_inputs, cfg, run=module.run)
-    stats = stats_from_profile(measured)
-    stats = replace(stats, device=DeviceSpec("fixed", 1 << 30, 1e9, 0.0, (), "emulated"),
-                    traps=tuple(replace(t, compute_ms=0.2) for t in stats.traps))  # fmt: skip
-    config = PlanConfig(budget_bytes=measured.model.total_bytes // 2, assignment="ring",
-                        strategy="greedy", transfer_mode=mode)  # fmt: skip
+    stats, config = _fixed_timing(mode)
     problem = problem_from_stats(stats, config)
     sel = solve(problem, "greedy").selection
     slots = tuple(sum(t.items[k].slot_bytes for k in ch)
                   for t, ch in zip(problem.traps, sel, strict=True))  # fmt: skip
     streamed = sum(t.items[k].bytes for t, ch in zip(problem.traps, sel, strict=True) for k in ch)
-    ring = ring_need(problem, slots, sel)
-    pieces = ring_layout(problem, sel, ring, mirrored=True)
+    pieces = ring_layout(problem, sel, ring_need(problem, slots, sel), mirrored=True)
     assert pieces is not None
     plan = _ring_plan(problem, sel, "greedy", pieces, problem.total_bytes - streamed, streamed)
     config = replace(config, budget_bytes=max(config.budget_bytes or 0, plan.peak_bytes))
@@ -129,10 +134,4 @@ def test_mirrored_ring_deploys_with_identical_outputs(tmp_path, mode):
     assert len({x.offset for x in plan.transfers}) > 2  # both ends of the block in use
     profile = emit_profile(stats, config, problem, plan, Meta("test", "test", "", "fixed"))
     check_profile(profile)
-    path = save(profile, tmp_path / "mirrored.msgpack")
-    inputs = module.example_inputs()
-    with torch.no_grad():
-        expected = _first(module.run(module.build_model(), inputs))
-        model = deploy.offload_from_profile(module.build_model(), path)
-        for _ in range(3):
-            assert torch.equal(expected, _first(module.run(model, inputs)))
+    _deploys_identically(save(profile, tmp_path / "mirrored.msgpack"))

@@ -64,20 +64,26 @@ def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simula
         if jobs[k].issue_at > jobs[k].trap:
             engine_free += jobs[k].copy_ms
             copy_end[jobs[k].trap] = engine_free
-    for g in range(ITERATIONS * n):
-        r, i = divmod(g, n)
-        entry = prev_end
-        for k in issued_at.get(i, ()):
-            job = jobs[k]
-            need = r * n + job.trap if job.trap >= i else (r + 1) * n + job.trap
-            start = max(entry, engine_free)
-            engine_free = start + job.copy_ms
-            copy_end[need] = engine_free  # copies run in issue order: this one ends last
-            if need // n == ITERATIONS - 1:
-                copies.append((k, job.trap, start, engine_free))
-        start = max(entry, copy_end.get(g, entry))
-        prev_end = start + compute_ms[i]
-        spans.append((start, prev_end))
+    at_entry: list[list[tuple[int, int, float, int]]] = [[] for _ in range(n)]
+    for i, ks in issued_at.items():  # (job, its trap, its time, n when it is for the next round)
+        at_entry[i] = [(k, jobs[k].trap, jobs[k].copy_ms, 0 if jobs[k].trap >= i else n)
+                       for k in ks]  # fmt: skip
+    g, last = 0, ITERATIONS - 1
+    for r in range(ITERATIONS):
+        for i in range(n):
+            entry = prev_end
+            for k, trap, ms, wrap in at_entry[i]:
+                need = r * n + trap + wrap
+                start = entry if entry > engine_free else engine_free
+                engine_free = start + ms
+                copy_end[need] = engine_free  # copies run in issue order: this one ends last
+                if need // n == last:
+                    copies.append((k, trap, start, engine_free))
+            ready = copy_end.get(g, entry)
+            start = entry if entry > ready else ready
+            prev_end = start + compute_ms[i]
+            spans.append((start, prev_end))
+            g += 1
     return _last_iteration(compute_ms, spans, copies)
 
 

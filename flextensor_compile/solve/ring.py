@@ -18,7 +18,7 @@ Must not know: time beyond one trap's compute (for `ring_need`), budgets, the pr
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from flextensor_compile.solve.problem import ALIGN_BYTES, Problem
@@ -56,19 +56,22 @@ class _Paint:
         range overlapping `avoid` only when no other fits."""
         best_at, best_time = -1, _OWN
         starts, ends, when = self.starts, self.ends, self.when
-        ring = ends[-1]
+        ring, count = ends[-1], len(starts)
         for i, a in enumerate(starts):
-            if a + size > ring:
+            end = a + size
+            if end > ring:
                 break
             latest, j = -1, i
-            while j < len(starts) and starts[j] < a + size:
-                w = _OWN if when[j] == own else when[j]
+            while j < count and starts[j] < end:
+                w = when[j]
+                if w == own:
+                    w = _OWN
                 if w > latest:
                     latest = w
                     if latest >= best_time:
                         break
                 j += 1
-            if latest < best_time and any(a < y and x < a + size for x, y in avoid):
+            if latest < best_time and any(a < y and x < end for x, y in avoid):
                 latest = _AVOID
             if latest < best_time:
                 best_at, best_time = a, latest
@@ -76,11 +79,14 @@ class _Paint:
 
     def latest(self, a: int, b: int, own: int = -2) -> int:
         """The latest writer of [a, b) (`_OWN` where it is `own`)."""
-        i = bisect_right(self.starts, a) - 1
-        out = -1
-        while i < len(self.starts) and self.starts[i] < b:
-            w = _OWN if self.when[i] == own else self.when[i]
-            out = max(out, w)
+        starts, when = self.starts, self.when
+        i, count, out = bisect_right(starts, a) - 1, len(starts), -1
+        while i < count and starts[i] < b:
+            w = when[i]
+            if w == own:
+                w = _OWN
+            if w > out:
+                out = w
             i += 1
         return out
 
@@ -89,9 +95,7 @@ class _Paint:
         window starting inside such a run is never better than one starting at its start)."""
         starts, ends, whens = self.starts, self.ends, self.when
         i = bisect_right(starts, a) - 1
-        j = i
-        while j < len(starts) and starts[j] < b:
-            j += 1
+        j = bisect_left(starts, b, i)  # the first segment starting at or after b
         new_s, new_e, new_w = [a], [b], [when]
         if starts[i] < a:
             new_s, new_e, new_w = [starts[i], a], [a, b], [whens[i], when]

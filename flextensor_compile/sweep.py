@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -104,25 +105,33 @@ def weight_bytes(stats: Stats) -> int:
     return sum(t.bytes for t in every if t.tie is None)
 
 
-def sweep(stats: Stats, config: PlanConfig, fractions: tuple[float, ...]) -> tuple[SweepPoint, ...]:
-    """Solve at each fraction of the weight bytes (the rest of `config` kept)."""
+def sweep(stats: Stats, config: PlanConfig, fractions: tuple[float, ...],
+          progress: Callable[[], None] | None = None) -> tuple[SweepPoint, ...]:  # fmt: skip
+    """Solve at each fraction of the weight bytes (the rest of `config` kept); `progress` is
+    called after each budget."""
     weights = weight_bytes(stats)
     memory = stats.device.memory_bytes or 1
     points = []
     for f in fractions:
         budget = max(1, int(f * weights))
         cfg = replace(config, budget_bytes=budget, mem_fraction=None)
-        try:
-            problem, plan = solve_stats(stats, cfg)
-        except BudgetError as exc:
-            points.append(SweepPoint(f, budget, budget / memory, None, None, None, None, None,
-                                     str(exc)))  # fmt: skip
-            continue
-        bound = staging_bound_ms(problem)
-        points.append(SweepPoint(f, budget, budget / memory, plan.makespan_ms,
-                                 plan.simulation.stall_ms, plan.streamed_bytes, plan.peak_bytes,
-                                 plan.strategy, bound_ms=bound if math.isfinite(bound) else None))  # fmt: skip
+        points.append(_point(stats, cfg, f, budget / memory))
+        if progress is not None:
+            progress()
     return tuple(points)
+
+
+def _point(stats: Stats, config: PlanConfig, fraction: float, mem_fraction: float) -> SweepPoint:
+    budget = config.budget_bytes
+    assert budget is not None
+    try:
+        problem, plan = solve_stats(stats, config)
+    except BudgetError as exc:
+        return SweepPoint(fraction, budget, mem_fraction, None, None, None, None, None, str(exc))
+    bound = staging_bound_ms(problem)
+    return SweepPoint(fraction, budget, mem_fraction, plan.makespan_ms, plan.simulation.stall_ms,
+                      plan.streamed_bytes, plan.peak_bytes, plan.strategy,
+                      bound_ms=bound if math.isfinite(bound) else None)  # fmt: skip
 
 
 def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> Path:

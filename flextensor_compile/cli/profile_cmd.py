@@ -1,8 +1,8 @@
 """`ftc profile MODEL`: load a model file, discover, measure, solve and write a profile.
 
-Owns: the profile command's options, the rich progress bars (with ETA) and the summary it
-prints. Parsing and rendering only: the work is `flextensor_compile.compile_api`. Heavy imports
-(torch, the compiler) happen inside the command so `ftc --help` stays instant.
+Owns: the profile command's options and the summary it prints (its progress bars are
+`progress.PhaseBars`). Parsing and rendering only: the work is `flextensor_compile.compile_api`.
+Heavy imports (torch, the compiler) happen inside the command so `ftc --help` stays instant.
 Must not know: how discovery, measurement or solving work.
 """
 
@@ -15,45 +15,9 @@ from typing import Any
 import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
+from flextensor_compile.cli.progress import PhaseBars
 
 __all__ = ["register"]
-
-
-class _Bars:
-    """A ProgressSink drawing one rich bar per phase on stderr (nothing when quiet)."""
-
-    def __init__(self, quiet: bool) -> None:
-        from rich.progress import (
-            BarColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        from flextensor_compile.cli.render import err_console
-
-        self.console = err_console()
-        self.tasks: dict[str, Any] = {}
-        self.progress = Progress(
-            TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            console=self.console, disable=quiet or not self.console.is_terminal, transient=True,
-        )  # fmt: skip
-
-    def __enter__(self) -> _Bars:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)  # type: ignore[arg-type]
-
-    def start(self, phase: str, total: int) -> None:
-        self.tasks[phase] = self.progress.add_task(phase, total=total)
-
-    def advance(self, phase: str) -> None:
-        self.progress.advance(self.tasks[phase])
 
 
 def _config(opts: dict[str, Any]) -> Any:
@@ -175,7 +139,7 @@ def _run(opts: dict[str, Any]) -> None:
     sections = section_options(config)  # bad specs fail before the model is built
     spec = load_model_spec(model, inputs)
     config = config.with_patterns(spec.include, spec.exclude)
-    with _Bars(quiet or as_json) as bars:
+    with PhaseBars(quiet or as_json) as bars:
         built = build_model(spec)
         example = make_inputs(spec)
         stem = Path(model).stem if model.endswith(".py") else model

@@ -1,6 +1,7 @@
 """`ftc sweep STATS_OR_PROFILE`: predicted makespan, stall and streamed bytes against the budget.
 
-Owns: the sweep command's options and its table. Must not know: how plans are searched (sweep).
+Owns: the sweep command's options, its progress bar (one step per budget) and its table.
+Must not know: how plans are searched (sweep).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
+from flextensor_compile.cli.progress import PhaseBars
 
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
@@ -74,7 +76,10 @@ def sweep(
         config = replace(config, strategy=strategy)
     if assignment is not None:
         config = replace(config, assignment=assignment)
-    points = run_sweep(stats, config, parse_fractions(fractions))
+    budgets = parse_fractions(fractions)
+    with PhaseBars(quiet=False) as bars:  # on stderr, and only on a terminal
+        bars.start("sweep", len(budgets))
+        points = run_sweep(stats, config, budgets, lambda: bars.advance("sweep"))
     if plot is not None:
         plot_sweep(points, plot)
     if as_json:

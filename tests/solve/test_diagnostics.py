@@ -101,6 +101,12 @@ def test_sweep_spans_infeasible_to_all_resident(tmp_path) -> None:
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_sweep_reports_progress_once_per_budget() -> None:
+    ticks: list[int] = []
+    points = sweep(uniform_stats(6), PlanConfig(), (0.01, 0.5, 1.0), lambda: ticks.append(1))
+    assert len(ticks) == len(points) == 3  # an infeasible budget counts too
+
+
 def test_sweep_peak_never_rises_with_the_budget_at_equal_makespan() -> None:
     stats = load_stats(GOLDEN_STATS)
     points = [p for p in sweep(stats, PlanConfig(), parse_fractions("0.3:1.0:0.1"))

@@ -55,22 +55,12 @@ class _Paint:
         """(offset, availability) of the `size`-byte range whose latest writer is oldest; a
         range overlapping `avoid` only when no other fits."""
         best_at, best_time = -1, _OWN
-        starts, ends, when = self.starts, self.ends, self.when
-        ring, count = ends[-1], len(starts)
+        starts, ring = self.starts, self.ends[-1]
         for i, a in enumerate(starts):
             end = a + size
             if end > ring:
                 break
-            latest, j = -1, i
-            while j < count and starts[j] < end:
-                w = when[j]
-                if w == own:
-                    w = _OWN
-                if w > latest:
-                    latest = w
-                    if latest >= best_time:
-                        break
-                j += 1
+            latest = self._scan(i, end, own, best_time)
             if latest < best_time and any(a < y and x < end for x, y in avoid):
                 latest = _AVOID
             if latest < best_time:
@@ -79,14 +69,21 @@ class _Paint:
 
     def latest(self, a: int, b: int, own: int = -2) -> int:
         """The latest writer of [a, b) (`_OWN` where it is `own`)."""
+        return self._scan(bisect_right(self.starts, a) - 1, b, own, _OWN + 1)
+
+    def _scan(self, i: int, end: int, own: int, cap: int) -> int:
+        """The latest writer of the segments from the i-th on that start before `end` (`_OWN`
+        where it is `own`); it stops as soon as that reaches `cap`."""
         starts, when = self.starts, self.when
-        i, count, out = bisect_right(starts, a) - 1, len(starts), -1
-        while i < count and starts[i] < b:
+        count, out = len(starts), -1
+        while i < count and starts[i] < end:
             w = when[i]
             if w == own:
                 w = _OWN
             if w > out:
                 out = w
+                if out >= cap:
+                    break
             i += 1
         return out
 

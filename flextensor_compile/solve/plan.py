@@ -149,7 +149,8 @@ def build_plan(
 
 def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan | None:
     """The ring plan: one block laid out in as much as the budget leaves (latency mode:
-    `ring_need` plus the largest transfer), then cut to the bytes the placement used."""
+    `ring_need` plus the largest transfer), placed by release and mirrored (the better kept),
+    then cut to the bytes the placement used."""
     pick = pick_of(problem, selection)
     if not pick.streamed_bytes:
         return None
@@ -166,8 +167,6 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan |
     for mirrored in (False, True):
         if best is not None and best.makespan_ms <= _busy_ms(best) * (1 + _IDLE_TOLERANCE):
             break  # the engine or the compute stream (nearly) never idles
-        if mirrored and ring < ring_need(problem, pick.slot_bytes, selection):
-            break  # mirrored, the engine would wait for bytes while traps compute
         pieces = ring_layout(problem, selection, ring, mirrored)
         if pieces is None:
             continue

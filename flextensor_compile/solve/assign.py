@@ -14,9 +14,18 @@ Must not know: time, tensors, how the streamed set was chosen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from operator import sub
 
-__all__ = ["ASSIGNMENTS", "ORDERS", "Assignment", "assign_blocks", "orders_for"]
+__all__ = [
+    "ASSIGNMENTS",
+    "ORDERS",
+    "Assignment",
+    "assign_blocks",
+    "assigned_bytes",
+    "orders_for",
+]
 
 # what a config may name; "ring" places every streamed tensor in one block (`solve/ring.py`)
 ASSIGNMENTS = ("strict-round-robin", "optimized-round-robin", "ring")
@@ -56,14 +65,65 @@ def assign_blocks(
     if n_traps < 2 or num_blocks < 1:
         return None
     k = min(num_blocks, m)
-    tries = {"size-classes": (_size_classes, _least_growth, _strict),
-             "least-growth": (_least_growth, _strict)}.get(mode, (_strict, _least_growth))  # fmt: skip
-    for order in tries:
+    for order in _tries(mode):
         blocks = order(traps, sizes, n_traps, k)
         done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
         if done is not None:
             return done
     return None
+
+
+def assigned_bytes(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, num_blocks: int, mode: str
+) -> int | None:
+    """The total block bytes of `assign_blocks` with the same arguments (None where it returns
+    None), without building the schedule: what a memory check needs."""
+    m = len(traps)
+    if m == 0:
+        return 0
+    if n_traps < 2 or num_blocks < 1:
+        return None
+    k = min(num_blocks, m)
+    for order in _tries(mode):
+        total: int | None
+        if order is _strict:
+            total = _strict_bytes(traps, sizes, n_traps, k)
+        elif order is _least_growth:  # its blocks always schedule (it checks both gaps)
+            grown = _grow(traps, sizes, n_traps, k)
+            total = None if grown is None else sum(grown[1])
+        else:
+            blocks = order(traps, sizes, n_traps, k)
+            done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
+            total = None if done is None else sum(done.block_bytes)
+        if total is not None:
+            return total
+    return None
+
+
+_Order = Callable[[tuple[int, ...], tuple[int, ...], int, int], "tuple[int, ...] | None"]
+
+
+def _tries(mode: str) -> tuple[_Order, ...]:
+    """The block orders to try for `mode`, in turn (the first that schedules is kept)."""
+    if mode == "size-classes":
+        return (_size_classes, _least_growth, _strict)
+    if mode == "least-growth":
+        return (_least_growth, _strict)
+    return (_strict, _least_growth)
+
+
+def _strict_bytes(traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+                  ) -> int | None:  # fmt: skip
+    """`_schedule` of the strict order, reduced to its block bytes: transfer j reuses the block
+    of transfer j - k (two traps apart at least), and each block's first follows its last."""
+    m = len(traps)
+    if m > k and min(map(sub, traps[k:], traps[:-k])) < 2:
+        return None
+    for b in range(k):
+        last = b + (m - 1 - b) // k * k
+        if ((traps[b] - traps[last]) % n_traps or n_traps) < 2:
+            return None
+    return sum(max(sizes[b::k]) for b in range(k))
 
 
 def _strict(
@@ -75,20 +135,29 @@ def _strict(
 def _least_growth(
     traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
 ) -> tuple[int, ...] | None:
+    grown = _grow(traps, sizes, n_traps, k)
+    return None if grown is None else _compact(grown[0])
+
+
+def _grow(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+) -> tuple[list[int], list[int]] | None:
+    """Per transfer its block (each to the block that grows least), and the block sizes."""
     size = [0] * k
     first_user = [-1] * k
     last_user = [-1] * k
     used_at = [-1] * k  # transfer index that last used the block (for LRU tie-breaks)
     out = []
+    blocks = range(k)
     for j, (t, s) in enumerate(zip(traps, sizes, strict=True)):
-        best, best_key = -1, (0, 0)
-        for b in range(k):
+        best, best_grow, best_used = -1, 0, 0  # least (growth, last use), the first on ties
+        for b in blocks:
             last = last_user[b]
             if last >= 0 and (t - last < 2 or (first_user[b] - t) % n_traps < 2):
                 continue
             grow = s - size[b] if s > size[b] else 0
-            if best < 0 or (grow, used_at[b]) < best_key:
-                best, best_key = b, (grow, used_at[b])
+            if best < 0 or grow < best_grow or (grow == best_grow and used_at[b] < best_used):
+                best, best_grow, best_used = b, grow, used_at[b]
         if best < 0:
             return None
         if s > size[best]:
@@ -98,7 +167,7 @@ def _least_growth(
         last_user[best] = t
         used_at[best] = j
         out.append(best)
-    return _compact(out)
+    return out, size
 
 
 def _size_classes(
@@ -123,7 +192,10 @@ def _size_classes(
 def _compact(blocks: list[int]) -> tuple[int, ...]:
     """Renumber blocks in order of first use (unused blocks disappear)."""
     ids: dict[int, int] = {}
-    return tuple(ids.setdefault(b, len(ids)) for b in blocks)
+    for b in blocks:
+        if b not in ids:
+            ids[b] = len(ids)
+    return tuple([ids[b] for b in blocks])
 
 
 def _schedule(

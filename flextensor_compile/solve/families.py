@@ -81,11 +81,11 @@ class Context:
     def mix(self, low: Pick, high: Pick, count: int, order: tuple[int, ...] = ()) -> Pick:
         """`high`'s choice for the first `count` traps of `order` (default: the spread order),
         `low`'s elsewhere."""
-        up = set((order or self.spread)[:count])
-        src = [high if o in up else low for o in range(len(low.selection))]
-        return Pick(tuple(p.selection[o] for o, p in enumerate(src)),
-                    tuple(p.slot_bytes[o] for o, p in enumerate(src)),
-                    tuple(p.trap_streamed[o] for o, p in enumerate(src)))  # fmt: skip
+        sel, slots, streamed = list(low.selection), list(low.slot_bytes), list(low.trap_streamed)
+        up_sel, up_slots, up_streamed = high.selection, high.slot_bytes, high.trap_streamed
+        for o in (order or self.spread)[:count]:
+            sel[o], slots[o], streamed[o] = up_sel[o], up_slots[o], up_streamed[o]
+        return Pick(tuple(sel), tuple(slots), tuple(streamed))
 
     def time_caps(self) -> CapFamily:
         bw, windows = self.problem.bandwidth, self.window_ms

@@ -10,8 +10,9 @@ Must not know: how the selection was chosen (strategies), the profile format.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
-from flextensor_compile.solve.assign import assign_blocks
+from flextensor_compile.solve.assign import assign_blocks, assigned_bytes
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.ring import RingPiece, ring_layout, ring_need
 from flextensor_compile.solve.simulate import CopyJob, Simulation, simulate
@@ -76,16 +77,21 @@ class Pick:
     slot_bytes: tuple[int, ...]  # per trap: packed size of its transfer (0: none)
     trap_streamed: tuple[int, ...]  # per trap: counted bytes it streams
 
-    @property
+    @cached_property
     def streamed_bytes(self) -> int:
         return sum(self.trap_streamed)
 
 
 def pick_of(problem: Problem, selection: Selection) -> Pick:
     slots, streamed = [], []
-    for trap, chosen in zip(problem.traps, selection, strict=True):
-        slots.append(sum(trap.items[k].slot_bytes for k in chosen))
-        streamed.append(sum(trap.items[k].bytes for k in chosen))
+    for slot_bytes, counted, chosen in zip(problem.item_slot_bytes, problem.item_bytes,
+                                           selection, strict=True):  # fmt: skip
+        if chosen:
+            slots.append(sum([slot_bytes[k] for k in chosen]))
+            streamed.append(sum([counted[k] for k in chosen]))
+        else:
+            slots.append(0)
+            streamed.append(0)
     return Pick(selection, tuple(slots), tuple(streamed))
 
 
@@ -103,11 +109,11 @@ def pick_memory(
         resident = problem.total_bytes - pick.streamed_bytes
         return resident + ring_need(problem, pick.slot_bytes) + problem.reserve_bytes
     traps, sizes = _packed(pick)
-    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order)
-    if a is None:
+    blocks = assigned_bytes(traps, sizes, len(problem.traps), num_blocks, order)
+    if blocks is None:
         return None
     resident = problem.total_bytes - pick.streamed_bytes
-    return resident + sum(a.block_bytes) + problem.reserve_bytes
+    return resident + blocks + problem.reserve_bytes
 
 
 def plan_memory(

@@ -86,6 +86,16 @@ class Problem:
         """Per trap: the bytes one copy moves while the trap computes."""
         return tuple(self.bandwidth.bytes_within(t.compute_ms) for t in self.traps)
 
+    @cached_property
+    def item_slot_bytes(self) -> tuple[tuple[int, ...], ...]:
+        """Per trap, per item: its slot bytes (what sums over selections index)."""
+        return tuple(tuple(it.slot_bytes for it in t.items) for t in self.traps)
+
+    @cached_property
+    def item_bytes(self) -> tuple[tuple[int, ...], ...]:
+        """Per trap, per item: its counted bytes."""
+        return tuple(tuple(it.bytes for it in t.items) for t in self.traps)
+
     @property
     def streamable_bytes(self) -> int:
         return sum(it.bytes for t in self.traps for it in t.items)

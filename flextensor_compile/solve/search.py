@@ -36,13 +36,19 @@ def fit_level(
     assert problem.budget_bytes is not None
     budget = problem.budget_bytes - headroom
 
-    def fits(pick: Pick) -> bool:
+    cache = ctx.memory_cache
+
+    def memory(pick: Pick) -> int | None:
         key = (pick.slot_bytes, num_blocks, order)  # memory = this - streamed bytes
-        if key not in ctx.memory_cache:
+        cached = cache.get(key, -1)
+        if cached == -1:
             mem = pick_memory(problem, pick, num_blocks, order)
-            ctx.memory_cache[key] = None if mem is None else mem + pick.streamed_bytes
-        cached = ctx.memory_cache[key]
-        return cached is not None and cached - pick.streamed_bytes <= budget
+            cached = cache[key] = None if mem is None else mem + pick.streamed_bytes
+        return None if cached is None else cached - pick.streamed_bytes
+
+    def fits(pick: Pick) -> bool:
+        mem = memory(pick)
+        return mem is not None and mem <= budget
 
     low = select(0.0)
     if fits(low):
@@ -62,7 +68,7 @@ def fit_level(
         [ctx.spread] if order == RING else [ctx.spread, _by_block(ctx, best, num_blocks, order)]
     )
     mixed = min((_mix(ctx, low, best, fits, o) for o in orders), key=lambda p: p.streamed_bytes)
-    mem = pick_memory(problem, mixed, num_blocks, order)
+    mem = memory(mixed)  # `mixed` fitted, so its memory is known
     assert mem is not None
     trimmed = _trim(ctx, mixed, budget - mem)
     return trimmed if trimmed is not mixed and fits(trimmed) else mixed

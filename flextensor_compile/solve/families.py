@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flextensor_compile.solve.plan import Pick
+from flextensor_compile.solve.plan import Pick, Simulations
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.subset import SubsetTable
 
@@ -35,10 +35,12 @@ class Context:
     counted: tuple[dict[int, int], ...]
     largest_first: tuple[tuple[int, ...], ...]  # per trap: item indexes, largest first
     kind: tuple[int, ...]  # per trap: index of its items' (slot, counted) bytes signature
+    smallest: tuple[int, ...]  # per trap: its smallest item's counted bytes (0: no items)
     greedy_cache: dict[tuple[int, float], tuple[tuple[int, ...], int, int]]
     # (per-trap slot bytes, blocks, order) -> peak + streamed bytes (None: unschedulable)
     memory_cache: dict[tuple[tuple[int, ...], int, str], int | None]
     pick_cache: dict[tuple[object, ...], Pick]  # (family tag, exact, level) -> its pick
+    simulations: Simulations  # each distinct schedule's simulation
 
     def _counted(self, order: int, k: int) -> int:
         cache = self.counted[order]
@@ -159,4 +161,5 @@ def make_context(problem: Problem) -> Context:
     )
     return Context(problem, tuple(tables), _windows(problem),
                    tuple(t.streamable_slot_bytes for t in problem.traps), spread,
-                   tuple({} for _ in range(n)), largest, kind, {}, {}, {})  # fmt: skip
+                   tuple({} for _ in range(n)), largest, kind,
+                   tuple(min(b, default=0) for b in problem.item_bytes), {}, {}, {}, {})  # fmt: skip

@@ -23,6 +23,7 @@ __all__ = [
     "Plan",
     "PlannedTransfer",
     "Selection",
+    "Simulations",
     "build_plan",
     "pick_memory",
     "pick_of",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
+Simulations = dict[tuple[tuple[int, int, int], ...], Simulation]  # (trap, issue_at, bytes) per copy
 _IDLE_TOLERANCE = 1e-3  # a ring plan this close to its busier lane is not also placed mirrored
 RING = "ring"  # the block order naming the ring layout (one block, tensors placed by release)
 
@@ -129,10 +131,13 @@ def build_plan(
     num_blocks: int,
     strategy: str,
     order: str = "least-growth",
+    *,
+    simulations: Simulations | None = None,
 ) -> Plan | None:
-    """Assign, schedule and simulate a selection; None when it cannot be scheduled."""
+    """Assign, schedule and simulate a selection; None when it cannot be scheduled.
+    `simulations` (a per-solve dict) keeps each distinct schedule's simulation for reuse."""
     if order == RING:
-        return _build_ring(problem, selection, strategy)
+        return _build_ring(problem, selection, strategy, simulations)
     pick = pick_of(problem, selection)
     traps, sizes = _packed(pick)
     n = len(problem.traps)
@@ -145,15 +150,28 @@ def build_plan(
                         bw.copy_ms(sizes[j]), selection[t])
         for j, t in enumerate(traps)
     )  # fmt: skip
-    jobs = tuple(CopyJob(x.trap, x.issue_at, x.copy_ms) for x in transfers)
-    sim = simulate(tuple(t.compute_ms for t in problem.traps), jobs)
+    sim = _simulated(problem, transfers, simulations)
     streamed = pick.streamed_bytes
     resident = problem.total_bytes - streamed
     peak = resident + sum(a.block_bytes) + problem.reserve_bytes
     return Plan(strategy, selection, a.block_bytes, transfers, resident, streamed, peak, sim)
 
 
-def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan | None:
+def _simulated(problem: Problem, transfers: tuple[PlannedTransfer, ...],
+               simulations: Simulations | None) -> Simulation:  # fmt: skip
+    """The simulation of `transfers`, from `simulations` when the same schedule was seen."""
+    key = tuple([(x.trap, x.issue_at, x.bytes) for x in transfers])  # copy_ms follows bytes
+    sim = None if simulations is None else simulations.get(key)
+    if sim is None:
+        jobs = tuple(CopyJob(x.trap, x.issue_at, x.copy_ms) for x in transfers)
+        sim = simulate(problem.trap_compute_ms, jobs)
+        if simulations is not None:
+            simulations[key] = sim
+    return sim
+
+
+def _build_ring(problem: Problem, selection: Selection, strategy: str,
+                simulations: Simulations | None) -> Plan | None:  # fmt: skip
     """The ring plan: one block laid out in as much as the budget leaves (latency mode:
     `ring_need` plus the largest transfer), placed by release and mirrored (the better kept),
     then cut to the bytes the placement used."""
@@ -176,7 +194,8 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str) -> Plan |
         pieces = ring_layout(problem, selection, ring, mirrored)
         if pieces is None:
             continue
-        plan = _ring_plan(problem, selection, strategy, pieces, resident, pick.streamed_bytes)
+        plan = _ring_plan(problem, selection, strategy, pieces, resident, pick.streamed_bytes,
+                          simulations)  # fmt: skip
         if best is None or plan.rank_key() < best.rank_key():
             best = plan
     return best
@@ -188,7 +207,8 @@ def _busy_ms(plan: Plan) -> float:
 
 
 def _ring_plan(problem: Problem, selection: Selection, strategy: str,
-               pieces: tuple[RingPiece, ...], resident: int, streamed: int) -> Plan:  # fmt: skip
+               pieces: tuple[RingPiece, ...], resident: int, streamed: int,
+               simulations: Simulations | None = None) -> Plan:  # fmt: skip
     ring = max(x.offset + x.bytes for x in pieces)  # bytes the placement never reached stay free
     bw = problem.bandwidth
     transfers = tuple(
@@ -196,7 +216,6 @@ def _ring_plan(problem: Problem, selection: Selection, strategy: str,
                         x.offset)
         for x in pieces
     )  # fmt: skip
-    jobs = tuple(CopyJob(x.trap, x.issue_at, x.copy_ms) for x in transfers)
-    sim = simulate(tuple(t.compute_ms for t in problem.traps), jobs)
+    sim = _simulated(problem, transfers, simulations)
     peak = resident + ring + problem.reserve_bytes
     return Plan(strategy, selection, (ring,), transfers, resident, streamed, peak, sim)

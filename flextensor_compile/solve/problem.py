@@ -82,6 +82,10 @@ class Problem:
         return sum(t.compute_ms for t in self.traps)
 
     @cached_property
+    def trap_compute_ms(self) -> tuple[float, ...]:
+        return tuple(t.compute_ms for t in self.traps)
+
+    @cached_property
     def compute_bytes(self) -> tuple[int, ...]:
         """Per trap: the bytes one copy moves while the trap computes."""
         return tuple(self.bandwidth.bytes_within(t.compute_ms) for t in self.traps)

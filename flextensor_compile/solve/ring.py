@@ -250,23 +250,24 @@ def ring_layout(
     cyclic = _Paint(ring_bytes)  # the kept placement, repeated: last writers in steady state
     for order, a, b in runs:
         cyclic.write(a, b, order)
-    pieces: list[RingPiece] = []
-    r = 0
+    pieces: list[tuple[int, int, list[int], int]] = []  # (trap, offset, items, issue_at)
+    r, last_trap, last_issue, last_end = 0, -1, -1, -1
     for j, (order, k, at, size) in enumerate(placed):
         prev = cyclic.latest(at, at + size)
-        writer = prev % n if prev >= 0 else order
-        issue = (writer + 1) % n
-        last = pieces[-1] if pieces else None
-        if (last is not None and last.trap == order and last.issue_at == issue
-                and last.offset + last.bytes == at):  # fmt: skip
-            pieces[-1] = RingPiece(order, last.offset, last.bytes + size, (*last.items, k), issue)
+        issue = ((prev % n if prev >= 0 else order) + 1) % n  # after the bytes' last writer
+        if last_trap == order and last_issue == issue and last_end == at:
+            pieces[-1][2].append(k)
         else:
-            pieces.append(RingPiece(order, at, size, (k,), issue))
+            pieces.append((order, at, [k], issue))
+            last_trap, last_issue = order, issue
+        last_end = at + size
         if j + 1 == len(placed) or placed[j + 1][0] != order:  # the trap is done: it writes
             while r < len(runs) and runs[r][0] == order:
                 cyclic.write(runs[r][1], runs[r][2], n + order)
                 r += 1
-    return tuple(pieces)
+    slots = problem.item_slot_bytes
+    return tuple(RingPiece(o, a, sum([slots[o][k] for k in ks]), tuple(ks), i)
+                 for o, a, ks, i in pieces)  # fmt: skip
 
 
 def _runs(placed: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:

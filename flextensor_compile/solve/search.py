@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.families import Context
-from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, pick_of, plan_memory
+from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, plan_memory
 from flextensor_compile.solve.problem import Problem
 
 __all__ = ["BISECT_STEPS", "fit_level", "smallest_memory"]
@@ -78,25 +78,30 @@ def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
     """Return streamed tensors to residency while the budget's slack pays for them, largest
     first (a transfer keeps at least one tensor, so blocks and the schedule stay as they are:
     removing bytes from a transfer never grows a block, so the peak grows by at most the bytes)."""
-    traps = ctx.problem.traps
     if slack <= 0:
         return pick
-    options = sorted(  # a tensor larger than the slack never fits it (the slack only shrinks)
-        ((nbytes, o, k) for o in ctx.spread if len(pick.selection[o]) > 1
-         for k in pick.selection[o] if (nbytes := traps[o].items[k].bytes) <= slack),
-        key=lambda x: -x[0],
-    )  # fmt: skip
+    item_bytes, sel = ctx.problem.item_bytes, pick.selection
+    options = []  # a tensor larger than the slack never fits it (the slack only shrinks)
+    for o in ctx.spread:
+        if len(sel[o]) > 1 and ctx.smallest[o] <= slack:
+            counted = item_bytes[o]
+            options.extend([(counted[k], o, k) for k in sel[o] if counted[k] <= slack])
+    options.sort(key=lambda x: -x[0])
     removed: dict[int, set[int]] = {}
     for nbytes, o, k in options:
-        left = len(pick.selection[o]) - len(removed.get(o, ()))
+        left = len(sel[o]) - len(removed.get(o, ()))
         if nbytes <= slack and left > 1:
             removed.setdefault(o, set()).add(k)
             slack -= nbytes
     if not removed:
         return pick
-    sel = tuple(tuple(k for k in ch if k not in removed.get(o, ())) for o, ch in
-                enumerate(pick.selection))  # fmt: skip
-    return pick_of(ctx.problem, sel)
+    new_sel, slots, streamed = list(sel), list(pick.slot_bytes), list(pick.trap_streamed)
+    slot_bytes = ctx.problem.item_slot_bytes
+    for o, gone in removed.items():
+        new_sel[o] = tuple(k for k in sel[o] if k not in gone)
+        slots[o] -= sum(slot_bytes[o][k] for k in gone)
+        streamed[o] -= sum(item_bytes[o][k] for k in gone)
+    return Pick(tuple(new_sel), tuple(slots), tuple(streamed))
 
 
 def _by_block(ctx: Context, high: Pick, num_blocks: int, order: str) -> tuple[int, ...]:

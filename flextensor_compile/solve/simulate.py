@@ -15,6 +15,7 @@ Must not know: tensors, bytes, blocks (block reuse is already encoded in `issue_
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -56,7 +57,7 @@ def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simula
     for i, ks in issued_at.items():  # the copies a trap's entry issues: by trap, from it on
         ks.sort(key=lambda k: (jobs[k].trap - i) % n)
     engine_free = 0.0
-    copy_end: dict[int, float] = {}  # global trap index -> when its last copy ends
+    copy_end = [-math.inf] * ((ITERATIONS + 1) * n)  # per global trap: when its last copy ends
     spans: list[tuple[float, float]] = []
     copies: list[tuple[int, int, float, float]] = []
     prev_end = 0.0
@@ -68,18 +69,19 @@ def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simula
     for i, ks in issued_at.items():  # (job, its trap, its time, n when it is for the next round)
         at_entry[i] = [(k, jobs[k].trap, jobs[k].copy_ms, 0 if jobs[k].trap >= i else n)
                        for k in ks]  # fmt: skip
-    g, last = 0, ITERATIONS - 1
+    g, first_kept, end_kept = 0, (ITERATIONS - 1) * n, ITERATIONS * n
     for r in range(ITERATIONS):
-        for i in range(n):
+        base = r * n
+        for i, entries in enumerate(at_entry):
             entry = prev_end
-            for k, trap, ms, wrap in at_entry[i]:
-                need = r * n + trap + wrap
+            for k, trap, ms, wrap in entries:
+                need = base + trap + wrap
                 start = entry if entry > engine_free else engine_free
                 engine_free = start + ms
                 copy_end[need] = engine_free  # copies run in issue order: this one ends last
-                if need // n == last:
+                if first_kept <= need < end_kept:  # a copy the last iteration's traps read
                     copies.append((k, trap, start, engine_free))
-            ready = copy_end.get(g, entry)
+            ready = copy_end[g]  # -inf (no copy): the trap starts as it is entered
             start = entry if entry > ready else ready
             prev_end = start + compute_ms[i]
             spans.append((start, prev_end))

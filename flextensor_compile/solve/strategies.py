@@ -264,7 +264,7 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
             ):
                 continue
             seen.add((sel, lay[:2]))
-            plan = build_plan(p, sel, lay[0], label, lay[1])
+            plan = build_plan(p, sel, lay[0], label, lay[1], simulations=ctx.simulations)
             if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
                 continue
             if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import cached_property
 
 from flextensor_runtime.errors import ConfigError
 
@@ -70,10 +71,14 @@ class BandwidthModel:
             return nbytes / self.tail_bytes_per_ms
         if nbytes >= pts[-1][0]:
             return pts[-1][1] + (nbytes - pts[-1][0]) / self.tail_bytes_per_ms
-        k = bisect_right([b for b, _ in pts], nbytes)
+        k = bisect_right(self._knot_bytes, nbytes)
         b0, t0 = (0, 0.0) if k == 0 else pts[k - 1]
         b1, t1 = pts[k]
         return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+
+    @cached_property
+    def _knot_bytes(self) -> tuple[int, ...]:
+        return tuple(b for b, _ in self.points)
 
     def bytes_within(self, ms: float) -> int:
         """The most bytes one copy moves in `ms` (latency included); 0 if `ms` <= latency."""

@@ -9,17 +9,20 @@ Must not know: blocks, schedules, budgets.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from flextensor_compile.solve.plan import Pick, Simulations
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.subset import SubsetTable
 
-__all__ = ["CapFamily", "Context", "make_context"]
+__all__ = ["MIN_WINDOW_MS", "CapFamily", "Context", "make_context"]
 
 CapFamily = Callable[[float], tuple[float, ...]]  # level x -> per-trap cap in slot bytes
 _GOLDEN = 0.6180339887498949
+MIN_WINDOW_MS = 1e-6  # shorter windows hide no copy
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,14 @@ class Context:
     pick_cache: dict[tuple[object, ...], Pick]  # (family tag, exact, level) -> its pick
     simulations: Simulations  # each distinct schedule's simulation
 
+    @cached_property
+    def time_hi(self) -> float:
+        """A level of the time-window family at which every trap streams all it can."""
+        bw = self.problem.bandwidth
+        ratios = [bw.copy_ms(s) / w for s, w in zip(self.streamable, self.window_ms, strict=True)
+                  if s and w > MIN_WINDOW_MS]  # fmt: skip
+        return max(ratios, default=1.0) * 1.001 + 1e-9
+
     def _counted(self, order: int, k: int) -> int:
         cache = self.counted[order]
         if k not in cache:
@@ -51,11 +62,16 @@ class Context:
 
     def exact(self, caps: tuple[float, ...]) -> Pick:
         sel, slots, streamed = [], [], []
-        for order, (table, cap) in enumerate(zip(self.tables, caps, strict=True)):
-            k = table.best_within(cap)
+        for order, (table, cap, cache) in enumerate(zip(self.tables, caps, self.counted,
+                                                        strict=True)):  # fmt: skip
+            sums = table.sums
+            k = bisect_right(sums, cap) - 1  # `table.best_within(cap)`
+            if k < 0:
+                k = 0
             sel.append(table.subsets[k])
-            slots.append(table.sums[k])
-            streamed.append(self._counted(order, k))
+            slots.append(sums[k])
+            counted = cache.get(k)
+            streamed.append(self._counted(order, k) if counted is None else counted)
         return Pick(tuple(sel), tuple(slots), tuple(streamed))
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
@@ -91,7 +107,7 @@ class Context:
 
     def time_caps(self) -> CapFamily:
         bw, windows = self.problem.bandwidth, self.window_ms
-        return lambda x: tuple(float(bw.bytes_within(x * w)) for w in windows)
+        return lambda x: _per_window(windows, lambda w: float(bw.bytes_within(x * w)))
 
     def uniform_caps(self) -> CapFamily:
         n = len(self.streamable)
@@ -106,8 +122,8 @@ class Context:
         windows for every trap (copies longer than windows keep the copy engine busy)."""
         bw, windows = self.problem.bandwidth, self.window_ms
         mean_ms = sum(windows) / max(1, len(windows))
-        return lambda x: tuple(
-            float(bw.bytes_within(min(x, 1.0) * w + max(0.0, x - 1.0) * mean_ms)) for w in windows
+        return lambda x: _per_window(
+            windows, lambda w: float(bw.bytes_within(min(x, 1.0) * w + max(0.0, x - 1.0) * mean_ms))
         )
 
     def class_caps(self, classes: tuple[int, ...], fixed: int, fixed_cap: float) -> CapFamily:
@@ -119,10 +135,19 @@ class Context:
         """alpha of the time-window cap plus (1 - alpha) of a uniform cap, at one level (ms)."""
         bw, windows = self.problem.bandwidth, self.window_ms
         mean_ms = sum(windows) / max(1, len(windows)) or 1.0
-        return lambda x: tuple(
-            alpha * bw.bytes_within(x * w / mean_ms) + (1 - alpha) * bw.bytes_within(x)
-            for w in windows
+        return lambda x: _per_window(
+            windows,
+            lambda w: alpha * bw.bytes_within(x * w / mean_ms) + (1 - alpha) * bw.bytes_within(x),
         )
+
+
+def _per_window(windows: tuple[float, ...], cap: Callable[[float], float]) -> tuple[float, ...]:
+    """`cap` of each window, evaluated once per distinct window (identical traps repeat)."""
+    caps: dict[float, float] = {}
+    for w in windows:
+        if w not in caps:
+            caps[w] = cap(w)
+    return tuple([caps[w] for w in windows])
 
 
 def _windows(problem: Problem) -> tuple[float, ...]:

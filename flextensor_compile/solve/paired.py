@@ -50,9 +50,13 @@ def _profile(
     previous reader is done), so the engine idles while that trap computes longer than the
     copy takes."""
     out = []
+    copy_ms: dict[int, float] = {}  # tables repeat: each distinct sum's copy time once
     for cap in caps:
         picked = [t.sums[t.best_within(cap)] for t in tables]
-        copy = [bw.copy_ms(s) for s in picked]
+        for s in picked:
+            if s not in copy_ms:
+                copy_ms[s] = bw.copy_ms(s)
+        copy = [copy_ms[s] for s in picked]
         idle = sum(max(0.0, ms - c) for c, ms in zip(copy, before_ms, strict=True))
         slow = sum(copy) - sum(picked) / bw.tail_bytes_per_ms  # latency, small-copy curve
         out.append((sum(picked), max(picked, default=0), idle + slow))

@@ -10,7 +10,7 @@ Must not know: how the selection was chosen (strategies), the profile format.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from itertools import compress
 
 from flextensor_compile.solve.assign import assign_blocks, assigned_bytes
 from flextensor_compile.solve.problem import Problem
@@ -79,7 +79,7 @@ class Pick:
     slot_bytes: tuple[int, ...]  # per trap: packed size of its transfer (0: none)
     trap_streamed: tuple[int, ...]  # per trap: counted bytes it streams
 
-    @cached_property
+    @property
     def streamed_bytes(self) -> int:
         return sum(self.trap_streamed)
 
@@ -98,8 +98,8 @@ def pick_of(problem: Problem, selection: Selection) -> Pick:
 
 
 def _packed(pick: Pick) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    traps = tuple(o for o, s in enumerate(pick.slot_bytes) if s)
-    return traps, tuple(pick.slot_bytes[o] for o in traps)
+    slots = pick.slot_bytes
+    return tuple(compress(range(len(slots)), slots)), tuple(filter(None, slots))
 
 
 def pick_memory(

@@ -55,12 +55,15 @@ class _Paint:
         """(offset, availability) of the `size`-byte range whose latest writer is oldest; a
         range overlapping `avoid` only when no other fits."""
         best_at, best_time = -1, _OWN
-        starts, ring = self.starts, self.ends[-1]
+        starts, when, ring = self.starts, self.when, self.ends[-1]
         for i, a in enumerate(starts):
             end = a + size
             if end > ring:
                 break
-            latest = self._scan(i, end, own, best_time)
+            writers = when[i : bisect_left(starts, end, i + 1)]
+            if own in writers:  # its latest writer counts as `_OWN`: never better
+                continue
+            latest = max(writers)
             if latest < best_time and any(a < y and x < end for x, y in avoid):
                 latest = _AVOID
             if latest < best_time:
@@ -69,23 +72,10 @@ class _Paint:
 
     def latest(self, a: int, b: int, own: int = -2) -> int:
         """The latest writer of [a, b) (`_OWN` where it is `own`)."""
-        return self._scan(bisect_right(self.starts, a) - 1, b, own, _OWN + 1)
-
-    def _scan(self, i: int, end: int, own: int, cap: int) -> int:
-        """The latest writer of the segments from the i-th on that start before `end` (`_OWN`
-        where it is `own`); it stops as soon as that reaches `cap`."""
-        starts, when = self.starts, self.when
-        count, out = len(starts), -1
-        while i < count and starts[i] < end:
-            w = when[i]
-            if w == own:
-                w = _OWN
-            if w > out:
-                out = w
-                if out >= cap:
-                    break
-            i += 1
-        return out
+        starts = self.starts
+        i = bisect_right(starts, a) - 1
+        writers = self.when[i : bisect_left(starts, b, i + 1)]
+        return _OWN if own in writers else max(writers)
 
     def write(self, a: int, b: int, when: int) -> None:
         """Paint [a, b) as written at `when`; neighbours painted at the same time merge (a
@@ -120,9 +110,9 @@ def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Pai
         chosen = selection[order]
         if not chosen:
             continue
-        items = problem.traps[order].items
+        slots = problem.item_slot_bytes[order]
         now = base + order
-        sizes = [items[k].slot_bytes for k in chosen]
+        sizes = [slots[k] for k in chosen]
         # the last traps keep off the bytes the next iteration's next trap was given (its copy
         # would wait for this trap); within the iteration the next trap is placed after this one
         nxt = after[order]
@@ -151,7 +141,7 @@ def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
     out: list[tuple[int, int, int]] = []
     runs: list[list[int]] = []  # [start, end] of the trap's placed bytes
     needed = -1  # the latest availability among the trap's tensors placed so far
-    for j in sorted(range(len(chosen)), key=lambda j: -sizes[j]):
+    for j in sorted(range(len(chosen)), key=sizes.__getitem__, reverse=True):  # stable
         size = sizes[j]
         at = _beside(paint, runs, size, now, needed, avoid)
         if at < 0:
@@ -181,11 +171,11 @@ def _beside(paint: _Paint, runs: list[list[int]], size: int, now: int, needed: i
     ring = paint.ends[-1]
     for a, b in runs:
         for at in (b, a - size):
-            inside = at >= 0 and at + size <= ring
             if (
-                inside
-                and not any(at < y and x < at + size for x, y in avoid)
-                and (paint.latest(at, at + size, now) <= needed)
+                at >= 0
+                and at + size <= ring
+                and not (avoid and any(at < y and x < at + size for x, y in avoid))
+                and paint.latest(at, at + size, now) <= needed
             ):
                 return at
     return -1

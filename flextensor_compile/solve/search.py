@@ -17,9 +17,20 @@ from flextensor_compile.solve.families import Context
 from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, plan_memory
 from flextensor_compile.solve.problem import Problem
 
-__all__ = ["BISECT_STEPS", "fit_level", "smallest_memory"]
+__all__ = ["BISECT_STEPS", "fit_level", "peak_of", "smallest_memory"]
 
 BISECT_STEPS = 8
+
+
+def peak_of(ctx: Context, pick: Pick, num_blocks: int, order: str) -> int | None:
+    """`pick_memory`, kept per solve: the peak depends on the streamed bytes and, through the
+    blocks, on the per-trap transfer sizes only."""
+    key = (pick.slot_bytes, num_blocks, order)  # memory = this - streamed bytes
+    cached = ctx.memory_cache.get(key, -1)
+    if cached == -1:
+        mem = pick_memory(ctx.problem, pick, num_blocks, order)
+        cached = ctx.memory_cache[key] = None if mem is None else mem + pick.streamed_bytes
+    return None if cached is None else cached - pick.streamed_bytes
 
 
 def fit_level(
@@ -36,18 +47,8 @@ def fit_level(
     assert problem.budget_bytes is not None
     budget = problem.budget_bytes - headroom
 
-    cache = ctx.memory_cache
-
-    def memory(pick: Pick) -> int | None:
-        key = (pick.slot_bytes, num_blocks, order)  # memory = this - streamed bytes
-        cached = cache.get(key, -1)
-        if cached == -1:
-            mem = pick_memory(problem, pick, num_blocks, order)
-            cached = cache[key] = None if mem is None else mem + pick.streamed_bytes
-        return None if cached is None else cached - pick.streamed_bytes
-
     def fits(pick: Pick) -> bool:
-        mem = memory(pick)
+        mem = peak_of(ctx, pick, num_blocks, order)
         return mem is not None and mem <= budget
 
     low = select(0.0)
@@ -68,7 +69,7 @@ def fit_level(
         [ctx.spread] if order == RING else [ctx.spread, _by_block(ctx, best, num_blocks, order)]
     )
     mixed = min((_mix(ctx, low, best, fits, o) for o in orders), key=lambda p: p.streamed_bytes)
-    mem = memory(mixed)  # `mixed` fitted, so its memory is known
+    mem = peak_of(ctx, mixed, num_blocks, order)  # `mixed` fitted: a cache hit
     assert mem is not None
     trimmed = _trim(ctx, mixed, budget - mem)
     return trimmed if trimmed is not mixed and fits(trimmed) else mixed

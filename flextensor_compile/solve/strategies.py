@@ -23,11 +23,11 @@ import math
 from collections.abc import Callable, Iterator
 
 from flextensor_compile.solve.assign import orders_for
-from flextensor_compile.solve.families import CapFamily, Context, make_context
+from flextensor_compile.solve.families import MIN_WINDOW_MS, CapFamily, Context, make_context
 from flextensor_compile.solve.paired import classes_of, paired_caps
-from flextensor_compile.solve.plan import RING, Pick, Plan, Selection, build_plan, plan_memory
+from flextensor_compile.solve.plan import RING, Pick, Plan, Selection, build_plan, pick_of
 from flextensor_compile.solve.problem import Problem
-from flextensor_compile.solve.search import fit_level, smallest_memory
+from flextensor_compile.solve.search import fit_level, peak_of, smallest_memory
 from flextensor_runtime.errors import BudgetError, ConfigError
 
 __all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve"]
@@ -41,7 +41,6 @@ _RING_HEADROOM = (0.125, 0.25, 0.5, 1.0)
 _RING_RETRIES = 2  # families whose ring plans are refitted with headroom
 _RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection")  # under adaptive
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
-_MIN_WINDOW_MS = 1e-6  # shorter windows hide no copy
 
 Layout = tuple[int, str, int]  # (number of blocks, block order, ring headroom bytes)
 Candidate = tuple[str, Selection]
@@ -72,32 +71,25 @@ def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay
         yield name, pick.selection
 
 
-def _time_hi(ctx: Context) -> float:
-    bw = ctx.problem.bandwidth
-    ratios = [bw.copy_ms(s) / w for s, w in zip(ctx.streamable, ctx.window_ms, strict=True)
-              if s and w > _MIN_WINDOW_MS]  # fmt: skip
-    return max(ratios, default=1.0) * 1.001 + 1e-9
-
-
 def _bytes_hi(ctx: Context) -> float:
     return float(max(ctx.streamable, default=0)) + 1.0
 
 
 def _knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, _time_hi(ctx), lay, windowed=True,
+    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, ctx.time_hi, lay, windowed=True,
                     tag=("time",))  # fmt: skip
 
 
 def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if ctx.problem.budget_bytes is None:
-        yield from _fit(ctx, "greedy", ctx.time_caps(), False, _time_hi(ctx), lay, tag=("time",))
+        yield from _fit(ctx, "greedy", ctx.time_caps(), False, ctx.time_hi, lay, tag=("time",))
         return
     yield from _fit(ctx, "greedy", ctx.uniform_caps(), False, _bytes_hi(ctx), lay,
                     tag=("uniform",))  # fmt: skip
 
 
 def _global_offload(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, _time_hi(ctx), lay,
+    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, ctx.time_hi, lay,
                     windowed=True, tag=("time",))  # fmt: skip
 
 
@@ -113,20 +105,20 @@ def _adaptive_knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     if _copies_dominate(ctx):
         family, hi, tag = ctx.proportional_caps(), _bytes_hi(ctx), "proportional"
     else:
-        family, hi, tag = ctx.time_caps(), _time_hi(ctx), "time"
+        family, hi, tag = ctx.time_caps(), ctx.time_hi, "time"
     yield from _fit(ctx, "adaptive-knapsack", family, True, hi, lay, tag=(tag,))
 
 
 def _global_tensor_selection(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     name = "global-tensor-selection"
     if ctx.problem.budget_bytes is None:
-        yield from _fit(ctx, name, ctx.time_caps(), True, _time_hi(ctx), lay, tag=("time",))
+        yield from _fit(ctx, name, ctx.time_caps(), True, ctx.time_hi, lay, tag=("time",))
         return
     hi = ctx.problem.bandwidth.copy_ms(int(_bytes_hi(ctx))) * 1.001 + 1e-9
     yield from _fit(ctx, name, ctx.blended_caps(0.0), True, hi, lay, tag=("bytes-ms",))
     windows = ctx.window_ms
     mean_ms = sum(windows) / max(1, len(windows))
-    if mean_ms > _MIN_WINDOW_MS:
+    if mean_ms > MIN_WINDOW_MS:
         yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay,
                         tag=("window-plus",))  # fmt: skip
     yield from _paired(ctx, lay)
@@ -172,10 +164,17 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     budget = p.budget_bytes
 
     def at(step: int) -> Selection:
-        return nth_selection(p, step) if step <= len(p.traps) else tuple(() for _ in p.traps)
+        return pick(step).selection
+
+    def pick(step: int) -> Pick:  # the same steps recur for every layout
+        key = ("nth", step)
+        if key not in ctx.pick_cache:
+            sel = nth_selection(p, step) if step <= len(p.traps) else tuple(() for _ in p.traps)
+            ctx.pick_cache[key] = pick_of(p, sel)
+        return ctx.pick_cache[key]
 
     def fits(step: int) -> bool:
-        mem = plan_memory(p, at(step), lay[0], lay[1])
+        mem = peak_of(ctx, pick(step), lay[0], lay[1])
         return mem is not None and mem <= budget
 
     if fits(2):  # every other trap: the lowest peak of the family (for a larger budget too)
@@ -242,8 +241,8 @@ def _copy_floor_ms(p: Problem, sel: Selection) -> float:
     """No plan of `sel` runs faster: all compute, or every trap's copy back to back (a trap's
     tensors split over several copies only take longer)."""
     bw = p.bandwidth
-    copies = sum(bw.copy_ms(sum(t.items[k].slot_bytes for k in ch)) for t, ch in
-                 zip(p.traps, sel, strict=True))  # fmt: skip
+    copies = sum(bw.copy_ms(sum([slots[k] for k in ch])) for slots, ch in
+                 zip(p.item_slot_bytes, sel, strict=True))  # fmt: skip
     return max(p.compute_ms, copies)
 
 

@@ -236,38 +236,62 @@ def ring_layout(
         placed = _place(problem, selection, paint, n)
     if placed is None:
         return None
-    runs = _runs(placed)
-    cyclic = _Paint(ring_bytes)  # the kept placement, repeated: last writers in steady state
-    for order, a, b in runs:
-        cyclic.write(a, b, order)
-    pieces: list[tuple[int, int, list[int], int]] = []  # (trap, offset, items, issue_at)
-    r, last_trap, last_issue, last_end = 0, -1, -1, -1
-    for j, (order, k, at, size) in enumerate(placed):
-        prev = cyclic.latest(at, at + size)
-        issue = ((prev % n if prev >= 0 else order) + 1) % n  # after the bytes' last writer
-        if last_trap == order and last_issue == issue and last_end == at:
-            pieces[-1][2].append(k)
-        else:
-            pieces.append((order, at, [k], issue))
-            last_trap, last_issue = order, issue
-        last_end = at + size
-        if j + 1 == len(placed) or placed[j + 1][0] != order:  # the trap is done: it writes
-            while r < len(runs) and runs[r][0] == order:
-                cyclic.write(runs[r][1], runs[r][2], n + order)
-                r += 1
     slots = problem.item_slot_bytes
     return tuple(RingPiece(o, a, sum([slots[o][k] for k in ks]), tuple(ks), i)
-                 for o, a, ks, i in pieces)  # fmt: skip
+                 for o, a, ks, i in _pieces(placed, ring_bytes, n))  # fmt: skip
 
 
-def _runs(placed: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:
-    """(trap, start, end) of each stretch of adjacent bytes one trap's tensors were given."""
-    runs: list[tuple[int, int, int]] = []
-    for order, _, at, size in placed:
-        if runs and runs[-1][0] == order and runs[-1][2] == at:
-            runs[-1] = (order, runs[-1][1], at + size)
+def _pieces(placed: list[tuple[int, int, int, int]], ring_bytes: int, n: int
+            ) -> list[tuple[int, int, list[int], int]]:  # fmt: skip
+    """(trap, offset, items, issue_at) of each transfer: a tensor is issued after the last
+    writer of its bytes in steady state, and joins the transfer before it when that is its
+    trap's, issued at the same point and adjacent (a run inside one written stretch: at once)."""
+    runs = _runs(placed)
+    cyclic = _Paint(ring_bytes)  # the kept placement, repeated: last writers in steady state
+    for order, a, b, _, _ in runs:
+        cyclic.write(a, b, order)
+    starts, when = cyclic.starts, cyclic.when  # `write` updates them in place
+    pieces: list[tuple[int, int, list[int], int]] = []
+    last = (-1, -1, -1)  # the last piece's trap, issue point and end
+    written = 0  # runs before this one are painted as done
+    for r, (order, a, b, lo, hi) in enumerate(runs):
+        i = bisect_right(starts, a) - 1
+        if bisect_left(starts, b, i + 1) == i + 1:  # one last writer for the whole run
+            last = _join(pieces, last, order, a, [x[1] for x in placed[lo:hi]], b - a,
+                         when[i], n)  # fmt: skip
         else:
-            runs.append((order, at, at + size))
+            for _, k, at, size in placed[lo:hi]:
+                j = bisect_right(starts, at) - 1
+                prev = max(when[j : bisect_left(starts, at + size, j + 1)])  # `cyclic.latest`
+                last = _join(pieces, last, order, at, [k], size, prev, n)
+        if r + 1 == len(runs) or runs[r + 1][0] != order:  # the trap is done: it writes
+            for _, x, y, _, _ in runs[written : r + 1]:
+                cyclic.write(x, y, n + order)
+            written = r + 1
+    return pieces
+
+
+def _join(pieces: list[tuple[int, int, list[int], int]], last: tuple[int, int, int], trap: int,
+          at: int, items: list[int], size: int, writer: int, n: int) -> tuple[int, int, int]:  # fmt: skip
+    """Add `items` (adjacent, at `at`) issued after `writer` (-1: never written), to the last
+    piece when it is the trap's, issued at the same point and ends at `at`; the new `last`."""
+    issue = ((writer % n if writer >= 0 else trap) + 1) % n
+    if last[0] == trap and last[1] == issue and last[2] == at:
+        pieces[-1][2].extend(items)
+    else:
+        pieces.append((trap, at, items, issue))
+    return trap, issue, at + size
+
+
+def _runs(placed: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int, int]]:
+    """(trap, start, end, lo, hi) of each stretch of adjacent bytes one trap's tensors were
+    given: `placed[lo:hi]`."""
+    runs: list[tuple[int, int, int, int, int]] = []
+    for j, (order, _, at, size) in enumerate(placed):
+        if runs and runs[-1][0] == order and runs[-1][2] == at:
+            runs[-1] = (order, runs[-1][1], at + size, runs[-1][3], j + 1)
+        else:
+            runs.append((order, at, at + size, j, j + 1))
     return runs
 
 

@@ -42,11 +42,12 @@ class RingPiece:
 
 
 class _Paint:
-    """Which placement last wrote each byte of the ring: sorted, disjoint segments covering it."""
+    """Which placement last wrote each byte of the ring: sorted, disjoint segments covering it
+    (each ends where the next starts, the last at `ring`)."""
 
     def __init__(self, ring_bytes: int) -> None:
+        self.ring = ring_bytes
         self.starts = [0]
-        self.ends = [ring_bytes]
         self.when = [-1]  # global placement time of the writer's trap (-1: never written)
 
     def earliest(
@@ -55,7 +56,7 @@ class _Paint:
         """(offset, availability) of the `size`-byte range whose latest writer is oldest; a
         range overlapping `avoid` only when no other fits."""
         best_at, best_time = -1, _OWN
-        starts, when, ring = self.starts, self.when, self.ends[-1]
+        starts, when, ring = self.starts, self.when, self.ring
         for i, a in enumerate(starts):
             end = a + size
             if end > ring:
@@ -80,21 +81,22 @@ class _Paint:
     def write(self, a: int, b: int, when: int) -> None:
         """Paint [a, b) as written at `when`; neighbours painted at the same time merge (a
         window starting inside such a run is never better than one starting at its start)."""
-        starts, ends, whens = self.starts, self.ends, self.when
+        starts, whens = self.starts, self.when
         i = bisect_right(starts, a) - 1
         j = bisect_left(starts, b, i)  # the first segment starting at or after b
-        new_s, new_e, new_w = [a], [b], [when]
+        count = len(starts)
+        new_s, new_w = [a], [when]
         if starts[i] < a:
-            new_s, new_e, new_w = [starts[i], a], [a, b], [whens[i], when]
-        if ends[j - 1] > b:
-            new_s, new_e, new_w = [*new_s, b], [*new_e, ends[j - 1]], [*new_w, whens[j - 1]]
+            new_s, new_w = [starts[i], a], [whens[i], when]
+        if (starts[j] if j < count else self.ring) > b:  # the last segment goes on after b
+            new_s.append(b)
+            new_w.append(whens[j - 1])
         if i > 0 and new_w[0] == whens[i - 1]:  # merge with the run before
             i -= 1
             new_s[0] = starts[i]
-        if j < len(starts) and new_w[-1] == whens[j]:  # and with the run after
-            new_e[-1] = ends[j]
+        if j < count and new_w[-1] == whens[j]:  # and with the run after
             j += 1
-        starts[i:j], ends[i:j], whens[i:j] = new_s, new_e, new_w
+        starts[i:j], whens[i:j] = new_s, new_w
 
 
 def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Paint,
@@ -137,17 +139,17 @@ def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
     trap's tensors already placed when that frees up no later than the trap's copy needs anyway
     (fewer, larger copies); in address order. None (state unchanged) when the free bytes are
     too fragmented."""
-    saved = (list(paint.starts), list(paint.ends), list(paint.when))
+    saved = (list(paint.starts), list(paint.when))
     out: list[tuple[int, int, int]] = []
     runs: list[list[int]] = []  # [start, end] of the trap's placed bytes
     needed = -1  # the latest availability among the trap's tensors placed so far
     for j in sorted(range(len(chosen)), key=sizes.__getitem__, reverse=True):  # stable
         size = sizes[j]
-        at = _beside(paint, runs, size, now, needed, avoid)
+        at = _beside(paint, runs, size, now, needed, avoid) if runs else -1
         if at < 0:
             at, when = paint.earliest(size, now, avoid)
             if at < 0:
-                paint.starts, paint.ends, paint.when = saved
+                paint.starts, paint.when = saved
                 return None
             needed = max(needed, when)
         paint.write(at, at + size, now)
@@ -168,15 +170,15 @@ def _beside(paint: _Paint, runs: list[list[int]], size: int, now: int, needed: i
             avoid: tuple[tuple[int, int], ...]) -> int:  # fmt: skip
     """An offset right after or before the trap's placed bytes that is free by `needed`
     (-1: none)."""
-    ring = paint.ends[-1]
+    ring, starts, when = paint.ring, paint.starts, paint.when
     for a, b in runs:
         for at in (b, a - size):
-            if (
-                at >= 0
-                and at + size <= ring
-                and not (avoid and any(at < y and x < at + size for x, y in avoid))
-                and paint.latest(at, at + size, now) <= needed
-            ):
+            end = at + size
+            if at < 0 or end > ring or (avoid and any(at < y and x < end for x, y in avoid)):
+                continue
+            i = bisect_right(starts, at) - 1
+            writers = when[i : bisect_left(starts, end, i + 1)]  # `paint.latest(at, end, now)`
+            if now not in writers and max(writers) <= needed:
                 return at
     return -1
 
@@ -236,14 +238,14 @@ def ring_layout(
         placed = _place(problem, selection, paint, n)
     if placed is None:
         return None
-    slots = problem.item_slot_bytes
-    return tuple(RingPiece(o, a, sum([slots[o][k] for k in ks]), tuple(ks), i)
-                 for o, a, ks, i in _pieces(placed, ring_bytes, n))  # fmt: skip
+    pieces, ends = _pieces(placed, ring_bytes, n)  # a piece's items are adjacent: end - offset
+    return tuple(RingPiece(o, a, end - a, tuple(ks), i)
+                 for (o, a, ks, i), end in zip(pieces, ends, strict=True))  # fmt: skip
 
 
 def _pieces(placed: list[tuple[int, int, int, int]], ring_bytes: int, n: int
-            ) -> list[tuple[int, int, list[int], int]]:  # fmt: skip
-    """(trap, offset, items, issue_at) of each transfer: a tensor is issued after the last
+            ) -> tuple[list[tuple[int, int, list[int], int]], list[int]]:  # fmt: skip
+    """(trap, offset, items, issue_at) of each transfer, and its end: a tensor is issued after the last
     writer of its bytes in steady state, and joins the transfer before it when that is its
     trap's, issued at the same point and adjacent (a run inside one written stretch: at once)."""
     runs = _runs(placed)
@@ -252,35 +254,32 @@ def _pieces(placed: list[tuple[int, int, int, int]], ring_bytes: int, n: int
         cyclic.write(a, b, order)
     starts, when = cyclic.starts, cyclic.when  # `write` updates them in place
     pieces: list[tuple[int, int, list[int], int]] = []
-    last = (-1, -1, -1)  # the last piece's trap, issue point and end
+    ends: list[int] = []
+    last_trap = last_issue = last_end = -1  # the last piece's trap, issue point and end
     written = 0  # runs before this one are painted as done
     for r, (order, a, b, lo, hi) in enumerate(runs):
         i = bisect_right(starts, a) - 1
         if bisect_left(starts, b, i + 1) == i + 1:  # one last writer for the whole run
-            last = _join(pieces, last, order, a, [x[1] for x in placed[lo:hi]], b - a,
-                         when[i], n)  # fmt: skip
-        else:
-            for _, k, at, size in placed[lo:hi]:
-                j = bisect_right(starts, at) - 1
-                prev = max(when[j : bisect_left(starts, at + size, j + 1)])  # `cyclic.latest`
-                last = _join(pieces, last, order, at, [k], size, prev, n)
+            units = [(a, [x[1] for x in placed[lo:hi]], b, when[i])]
+        else:  # per tensor: (offset, [item], end, latest writer of its bytes)
+            units = [(at, [k], at + size, max(when[bisect_right(starts, at) - 1 :
+                                                   bisect_left(starts, at + size)]))
+                     for _, k, at, size in placed[lo:hi]]  # fmt: skip
+        for at, items, end, writer in units:
+            issue = ((writer % n if writer >= 0 else order) + 1) % n  # after the last writer
+            if last_trap == order and last_issue == issue and last_end == at:
+                pieces[-1][2].extend(items)
+                ends[-1] = end
+            else:
+                pieces.append((order, at, items, issue))
+                ends.append(end)
+                last_trap, last_issue = order, issue
+            last_end = end
         if r + 1 == len(runs) or runs[r + 1][0] != order:  # the trap is done: it writes
             for _, x, y, _, _ in runs[written : r + 1]:
                 cyclic.write(x, y, n + order)
             written = r + 1
-    return pieces
-
-
-def _join(pieces: list[tuple[int, int, list[int], int]], last: tuple[int, int, int], trap: int,
-          at: int, items: list[int], size: int, writer: int, n: int) -> tuple[int, int, int]:  # fmt: skip
-    """Add `items` (adjacent, at `at`) issued after `writer` (-1: never written), to the last
-    piece when it is the trap's, issued at the same point and ends at `at`; the new `last`."""
-    issue = ((writer % n if writer >= 0 else trap) + 1) % n
-    if last[0] == trap and last[1] == issue and last[2] == at:
-        pieces[-1][2].extend(items)
-    else:
-        pieces.append((trap, at, items, issue))
-    return trap, issue, at + size
+    return pieces, ends
 
 
 def _runs(placed: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int, int]]:

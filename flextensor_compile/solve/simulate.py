@@ -50,29 +50,30 @@ class Simulation:
 def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simulation:
     """Run `ITERATIONS` iterations and report the last one (times relative to its start)."""
     n = len(compute_ms)
-    order = sorted(range(len(jobs)), key=lambda k: jobs[k].trap)
+    traps = [job.trap for job in jobs]
+    order = sorted(range(len(jobs)), key=traps.__getitem__)
     issued_at: dict[int, list[int]] = defaultdict(list)
     for k in order:
         issued_at[jobs[k].issue_at].append(k)
     for i, ks in issued_at.items():  # the copies a trap's entry issues: by trap, from it on
-        ks.sort(key=lambda k: (jobs[k].trap - i) % n)
+        ks.sort(key=lambda k: (traps[k] - i) % n)
     engine_free = 0.0
     copy_end = [-math.inf] * ((ITERATIONS + 1) * n)  # per global trap: when its last copy ends
-    spans: list[tuple[float, float]] = []
+    spans: list[tuple[float, float]] = []  # the last iteration's
     copies: list[tuple[int, int, float, float]] = []
-    prev_end = 0.0
+    prev_end = origin = 0.0
     for k in order:  # first iteration's cyclic prefetch
-        if jobs[k].issue_at > jobs[k].trap:
+        if jobs[k].issue_at > traps[k]:
             engine_free += jobs[k].copy_ms
-            copy_end[jobs[k].trap] = engine_free
+            copy_end[traps[k]] = engine_free
     at_entry: list[list[tuple[int, int, float, int]]] = [[] for _ in range(n)]
     for i, ks in issued_at.items():  # (job, its trap, its time, n when it is for the next round)
-        at_entry[i] = [(k, jobs[k].trap, jobs[k].copy_ms, 0 if jobs[k].trap >= i else n)
-                       for k in ks]  # fmt: skip
-    g, first_kept, end_kept = 0, (ITERATIONS - 1) * n, ITERATIONS * n
+        at_entry[i] = [(k, traps[k], jobs[k].copy_ms, 0 if traps[k] >= i else n) for k in ks]
+    last = ITERATIONS - 1
+    first_kept, end_kept = last * n, ITERATIONS * n
     for r in range(ITERATIONS):
         base = r * n
-        for i, entries in enumerate(at_entry):
+        for i, (entries, trap_ms) in enumerate(zip(at_entry, compute_ms, strict=True)):
             entry = prev_end
             for k, trap, ms, wrap in entries:
                 need = base + trap + wrap
@@ -81,32 +82,32 @@ def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simula
                 copy_end[need] = engine_free  # copies run in issue order: this one ends last
                 if first_kept <= need < end_kept:  # a copy the last iteration's traps read
                     copies.append((k, trap, start, engine_free))
-            ready = copy_end[g]  # -inf (no copy): the trap starts as it is entered
+            ready = copy_end[base + i]  # -inf (no copy): the trap starts as it is entered
             start = entry if entry > ready else ready
-            prev_end = start + compute_ms[i]
-            spans.append((start, prev_end))
-            g += 1
-    return _last_iteration(compute_ms, spans, copies)
+            prev_end = start + trap_ms
+            if r == last:
+                spans.append((start, prev_end))
+        if r == last - 1:
+            origin = prev_end
+    return _last_iteration(compute_ms, spans, origin, copies)
 
 
 def _last_iteration(
     compute_ms: tuple[float, ...],
-    spans: list[tuple[float, float]],
+    last: list[tuple[float, float]],
+    origin: float,
     copies: list[tuple[int, int, float, float]],
 ) -> Simulation:
-    n = len(compute_ms)
-    last = spans[-n:]
-    origin = spans[-n - 1][1] if len(spans) > n else 0.0
     entries = [origin] + [end for _, end in last[:-1]]
-    stalls = tuple(max(0.0, s - e) for (s, _), e in zip(last, entries, strict=True))
-    rel_copies = tuple((t, a - origin, b - origin) for _, t, a, b in copies)
+    stalls = tuple([max(0.0, s - e) for (s, _), e in zip(last, entries, strict=True)])
+    rel_copies = tuple([(t, a - origin, b - origin) for _, t, a, b in copies])
     return Simulation(
         makespan_ms=last[-1][1] - origin,
         compute_ms=sum(compute_ms),
         stall_ms=sum(stalls),
         trap_stall_ms=stalls,
-        trap_spans_ms=tuple((s - origin, e - origin) for s, e in last),
+        trap_spans_ms=tuple([(s - origin, e - origin) for s, e in last]),
         copy_spans_ms=rel_copies,
-        copy_busy_ms=sum(b - a for _, a, b in rel_copies),
-        copy_jobs=tuple(k for k, _, _, _ in copies),
+        copy_busy_ms=sum([b - a for _, a, b in rel_copies]),
+        copy_jobs=tuple([k for k, _, _, _ in copies]),
     )

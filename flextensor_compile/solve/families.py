@@ -9,12 +9,11 @@ Must not know: blocks, schedules, budgets.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from flextensor_compile.solve.plan import Pick, Simulations
+from flextensor_compile.solve.plan import Pick, PlanCache
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.subset import SubsetTable
 
@@ -43,7 +42,7 @@ class Context:
     # (per-trap slot bytes, blocks, order) -> peak + streamed bytes (None: unschedulable)
     memory_cache: dict[tuple[tuple[int, ...], int, str], int | None]
     pick_cache: dict[tuple[object, ...], Pick]  # (family tag, exact, level) -> its pick
-    simulations: Simulations  # each distinct schedule's simulation
+    plans: PlanCache  # simulations and copy times, shared by the solve's plans
 
     @cached_property
     def time_hi(self) -> float:
@@ -62,16 +61,17 @@ class Context:
 
     def exact(self, caps: tuple[float, ...]) -> Pick:
         sel, slots, streamed = [], [], []
-        for order, (table, cap, cache) in enumerate(zip(self.tables, caps, self.counted,
-                                                        strict=True)):  # fmt: skip
-            sums = table.sums
-            k = bisect_right(sums, cap) - 1  # `table.best_within(cap)`
-            if k < 0:
-                k = 0
-            sel.append(table.subsets[k])
-            slots.append(sums[k])
-            counted = cache.get(k)
-            streamed.append(self._counted(order, k) if counted is None else counted)
+        seen: dict[tuple[int, float], tuple[tuple[int, ...], int, int]] = {}
+        for order, (kind, cap) in enumerate(zip(self.kind, caps, strict=True)):
+            key = (kind, cap)  # identical traps under one cap pick the same
+            got = seen.get(key)
+            if got is None:
+                table = self.tables[order]
+                k = table.best_within(cap)
+                got = seen[key] = (table.subsets[k], table.sums[k], self._counted(order, k))
+            sel.append(got[0])
+            slots.append(got[1])
+            streamed.append(got[2])
         return Pick(tuple(sel), tuple(slots), tuple(streamed))
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
@@ -187,4 +187,4 @@ def make_context(problem: Problem) -> Context:
     return Context(problem, tuple(tables), _windows(problem),
                    tuple(t.streamable_slot_bytes for t in problem.traps), spread,
                    tuple({} for _ in range(n)), largest, kind,
-                   tuple(min(b, default=0) for b in problem.item_bytes), {}, {}, {}, {})  # fmt: skip
+                   tuple(min(b, default=0) for b in problem.item_bytes), {}, {}, {}, PlanCache())  # fmt: skip

@@ -9,21 +9,22 @@ Must not know: how the selection was chosen (strategies), the profile format.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress
 
 from flextensor_compile.solve.assign import assign_blocks, assigned_bytes
+from flextensor_compile.solve.bandwidth import BandwidthModel
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.ring import RingPiece, ring_layout, ring_need
-from flextensor_compile.solve.simulate import CopyJob, Simulation, simulate
+from flextensor_compile.solve.simulate import Simulation, simulate_copies
 
 __all__ = [
     "RING",
     "Pick",
     "Plan",
+    "PlanCache",
     "PlannedTransfer",
     "Selection",
-    "Simulations",
     "build_plan",
     "pick_memory",
     "pick_of",
@@ -31,7 +32,6 @@ __all__ = [
 ]
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
-Simulations = dict[tuple[tuple[int, int, int], ...], Simulation]  # (trap, issue_at, bytes) per copy
 _IDLE_TOLERANCE = 1e-3  # a ring plan this close to its busier lane is not also placed mirrored
 RING = "ring"  # the block order naming the ring layout (one block, tensors placed by release)
 
@@ -69,6 +69,21 @@ class Plan:
     def rank_key(self) -> tuple[float, int, int, str]:
         """How `adaptive` orders candidates: makespan, then peak, then streamed bytes."""
         return (round(self.makespan_ms, 9), self.peak_bytes, self.streamed_bytes, self.strategy)
+
+
+@dataclass(frozen=True)
+class PlanCache:
+    """What `build_plan` may reuse within one solve: each distinct schedule's simulation (keyed
+    by (trap, issue_at, bytes) per copy) and each copy size's time."""
+
+    simulations: dict[tuple[tuple[int, int, int], ...], Simulation] = field(default_factory=dict)
+    copy_times: dict[int, float] = field(default_factory=dict)
+
+    def copy_ms(self, bw: BandwidthModel, nbytes: int) -> float:
+        ms = self.copy_times.get(nbytes)
+        if ms is None:
+            ms = self.copy_times[nbytes] = bw.copy_ms(nbytes)
+        return ms
 
 
 @dataclass(frozen=True)
@@ -132,12 +147,13 @@ def build_plan(
     strategy: str,
     order: str = "least-growth",
     *,
-    simulations: Simulations | None = None,
+    cache: PlanCache | None = None,
 ) -> Plan | None:
-    """Assign, schedule and simulate a selection; None when it cannot be scheduled.
-    `simulations` (a per-solve dict) keeps each distinct schedule's simulation for reuse."""
+    """Assign, schedule and simulate a selection; None when it cannot be scheduled. `cache`
+    (one per solve) lets plans share simulations and copy times."""
+    cache = PlanCache() if cache is None else cache
     if order == RING:
-        return _build_ring(problem, selection, strategy, simulations)
+        return _build_ring(problem, selection, strategy, cache)
     pick = pick_of(problem, selection)
     traps, sizes = _packed(pick)
     n = len(problem.traps)
@@ -147,31 +163,30 @@ def build_plan(
     bw = problem.bandwidth
     transfers = tuple(
         PlannedTransfer(t, a.blocks[j], sizes[j], a.issue_at[j], a.release_after[j],
-                        bw.copy_ms(sizes[j]), selection[t])
+                        cache.copy_ms(bw, sizes[j]), selection[t])
         for j, t in enumerate(traps)
     )  # fmt: skip
-    sim = _simulated(problem, transfers, simulations)
+    sim = _simulated(problem, transfers, cache)
     streamed = pick.streamed_bytes
     resident = problem.total_bytes - streamed
     peak = resident + sum(a.block_bytes) + problem.reserve_bytes
     return Plan(strategy, selection, a.block_bytes, transfers, resident, streamed, peak, sim)
 
 
-def _simulated(problem: Problem, transfers: tuple[PlannedTransfer, ...],
-               simulations: Simulations | None) -> Simulation:  # fmt: skip
-    """The simulation of `transfers`, from `simulations` when the same schedule was seen."""
+def _simulated(problem: Problem, transfers: tuple[PlannedTransfer, ...], cache: PlanCache
+               ) -> Simulation:  # fmt: skip
+    """The simulation of `transfers`, from `cache` when the same schedule was seen."""
     key = tuple([(x.trap, x.issue_at, x.bytes) for x in transfers])  # copy_ms follows bytes
-    sim = None if simulations is None else simulations.get(key)
+    sim = cache.simulations.get(key)
     if sim is None:
-        jobs = tuple(CopyJob(x.trap, x.issue_at, x.copy_ms) for x in transfers)
-        sim = simulate(problem.trap_compute_ms, jobs)
-        if simulations is not None:
-            simulations[key] = sim
+        sim = cache.simulations[key] = simulate_copies(
+            problem.trap_compute_ms, [x.trap for x in transfers], [x.issue_at for x in transfers],
+            [x.copy_ms for x in transfers])  # fmt: skip
     return sim
 
 
 def _build_ring(problem: Problem, selection: Selection, strategy: str,
-                simulations: Simulations | None) -> Plan | None:  # fmt: skip
+                cache: PlanCache) -> Plan | None:  # fmt: skip
     """The ring plan: one block laid out in as much as the budget leaves (latency mode:
     `ring_need` plus the largest transfer), placed by release and mirrored (the better kept),
     then cut to the bytes the placement used."""
@@ -195,7 +210,7 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str,
         if pieces is None:
             continue
         plan = _ring_plan(problem, selection, strategy, pieces, resident, pick.streamed_bytes,
-                          simulations)  # fmt: skip
+                          cache)  # fmt: skip
         if best is None or plan.rank_key() < best.rank_key():
             best = plan
     return best
@@ -208,14 +223,14 @@ def _busy_ms(plan: Plan) -> float:
 
 def _ring_plan(problem: Problem, selection: Selection, strategy: str,
                pieces: tuple[RingPiece, ...], resident: int, streamed: int,
-               simulations: Simulations | None = None) -> Plan:  # fmt: skip
+               cache: PlanCache | None = None) -> Plan:  # fmt: skip
     ring = max(x.offset + x.bytes for x in pieces)  # bytes the placement never reached stay free
-    bw = problem.bandwidth
+    bw, cache = problem.bandwidth, PlanCache() if cache is None else cache
     transfers = tuple(
-        PlannedTransfer(x.trap, 0, x.bytes, x.issue_at, x.trap, bw.copy_ms(x.bytes), x.items,
-                        x.offset)
+        PlannedTransfer(x.trap, 0, x.bytes, x.issue_at, x.trap, cache.copy_ms(bw, x.bytes),
+                        x.items, x.offset)
         for x in pieces
     )  # fmt: skip
-    sim = _simulated(problem, transfers, simulations)
+    sim = _simulated(problem, transfers, cache)
     peak = resident + ring + problem.reserve_bytes
     return Plan(strategy, selection, (ring,), transfers, resident, streamed, peak, sim)

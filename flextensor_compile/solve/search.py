@@ -81,10 +81,10 @@ def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
     removing bytes from a transfer never grows a block, so the peak grows by at most the bytes)."""
     if slack <= 0:
         return pick
-    item_bytes, sel = ctx.problem.item_bytes, pick.selection
+    item_bytes, sel, smallest = ctx.problem.item_bytes, pick.selection, ctx.smallest
     options = []  # a tensor larger than the slack never fits it (the slack only shrinks)
     for o in ctx.spread:
-        if len(sel[o]) > 1 and ctx.smallest[o] <= slack:
+        if smallest[o] <= slack and len(sel[o]) > 1:
             counted = item_bytes[o]
             options.extend([(counted[k], o, k) for k in sel[o] if counted[k] <= slack])
     options.sort(key=lambda x: -x[0])

@@ -19,7 +19,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-__all__ = ["ITERATIONS", "CopyJob", "Simulation", "simulate"]
+__all__ = ["ITERATIONS", "CopyJob", "Simulation", "simulate", "simulate_copies"]
 
 ITERATIONS = 3
 
@@ -49,12 +49,18 @@ class Simulation:
 
 def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simulation:
     """Run `ITERATIONS` iterations and report the last one (times relative to its start)."""
+    return simulate_copies(compute_ms, [job.trap for job in jobs],
+                           [job.issue_at for job in jobs], [job.copy_ms for job in jobs])  # fmt: skip
+
+
+def simulate_copies(compute_ms: tuple[float, ...], traps: list[int], issue_at: list[int],
+                    copy_ms: list[float]) -> Simulation:  # fmt: skip
+    """`simulate` of the jobs (traps[k], issue_at[k], copy_ms[k])."""
     n = len(compute_ms)
-    traps = [job.trap for job in jobs]
-    order = sorted(range(len(jobs)), key=traps.__getitem__)
+    order = sorted(range(len(traps)), key=traps.__getitem__)
     issued_at: dict[int, list[int]] = defaultdict(list)
     for k in order:
-        issued_at[jobs[k].issue_at].append(k)
+        issued_at[issue_at[k]].append(k)
     for i, ks in issued_at.items():  # the copies a trap's entry issues: by trap, from it on
         ks.sort(key=lambda k: (traps[k] - i) % n)
     engine_free = 0.0
@@ -63,12 +69,12 @@ def simulate(compute_ms: tuple[float, ...], jobs: tuple[CopyJob, ...]) -> Simula
     copies: list[tuple[int, int, float, float]] = []
     prev_end = origin = 0.0
     for k in order:  # first iteration's cyclic prefetch
-        if jobs[k].issue_at > traps[k]:
-            engine_free += jobs[k].copy_ms
+        if issue_at[k] > traps[k]:
+            engine_free += copy_ms[k]
             copy_end[traps[k]] = engine_free
     at_entry: list[list[tuple[int, int, float, int]]] = [[] for _ in range(n)]
     for i, ks in issued_at.items():  # (job, its trap, its time, n when it is for the next round)
-        at_entry[i] = [(k, traps[k], jobs[k].copy_ms, 0 if traps[k] >= i else n) for k in ks]
+        at_entry[i] = [(k, traps[k], copy_ms[k], 0 if traps[k] >= i else n) for k in ks]
     last = ITERATIONS - 1
     first_kept, end_kept = last * n, ITERATIONS * n
     for r in range(ITERATIONS):

@@ -237,11 +237,11 @@ def _bound_ms(p: Problem) -> float:
     return max(p.compute_ms, p.bandwidth.copy_ms(need))
 
 
-def _copy_floor_ms(p: Problem, sel: Selection) -> float:
+def _copy_floor_ms(ctx: Context, sel: Selection) -> float:
     """No plan of `sel` runs faster: all compute, or every trap's copy back to back (a trap's
     tensors split over several copies only take longer)."""
-    bw = p.bandwidth
-    copies = sum(bw.copy_ms(sum([slots[k] for k in ch])) for slots, ch in
+    p, copy_ms = ctx.problem, ctx.plans.copy_ms
+    copies = sum(copy_ms(p.bandwidth, sum([slots[k] for k in ch])) for slots, ch in
                  zip(p.item_slot_bytes, sel, strict=True))  # fmt: skip
     return max(p.compute_ms, copies)
 
@@ -259,11 +259,11 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
     def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Plan]:
         for label, sel in _GENERATORS[name](ctx, lay):
             if (sel, lay[:2]) in seen or (
-                lay[1] == RING and _copy_floor_ms(p, sel) >= min(best, floor)
+                lay[1] == RING and _copy_floor_ms(ctx, sel) >= min(best, floor)
             ):
                 continue
             seen.add((sel, lay[:2]))
-            plan = build_plan(p, sel, lay[0], label, lay[1], simulations=ctx.simulations)
+            plan = build_plan(p, sel, lay[0], label, lay[1], cache=ctx.plans)
             if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
                 continue
             if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:

@@ -74,10 +74,17 @@ class Plan:
 @dataclass(frozen=True)
 class PlanCache:
     """What `build_plan` may reuse within one solve: each distinct schedule's simulation (keyed
-    by (trap, issue_at, bytes) per copy) and each copy size's time."""
+    by (trap, issue_at, bytes) per copy), each copy size's time, each selection's pick."""
 
     simulations: dict[tuple[tuple[int, int, int], ...], Simulation] = field(default_factory=dict)
     copy_times: dict[int, float] = field(default_factory=dict)
+    picks: dict[Selection, Pick] = field(default_factory=dict)
+
+    def pick(self, problem: Problem, selection: Selection) -> Pick:
+        got = self.picks.get(selection)
+        if got is None:
+            got = self.picks[selection] = pick_of(problem, selection)
+        return got
 
     def copy_ms(self, bw: BandwidthModel, nbytes: int) -> float:
         ms = self.copy_times.get(nbytes)
@@ -154,7 +161,7 @@ def build_plan(
     cache = PlanCache() if cache is None else cache
     if order == RING:
         return _build_ring(problem, selection, strategy, cache)
-    pick = pick_of(problem, selection)
+    pick = cache.pick(problem, selection)
     traps, sizes = _packed(pick)
     n = len(problem.traps)
     a = assign_blocks(traps, sizes, n, num_blocks, order)
@@ -190,7 +197,7 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str,
     """The ring plan: one block laid out in as much as the budget leaves (latency mode:
     `ring_need` plus the largest transfer), placed by release and mirrored (the better kept),
     then cut to the bytes the placement used."""
-    pick = pick_of(problem, selection)
+    pick = cache.pick(problem, selection)
     if not pick.streamed_bytes:
         return None
     resident = problem.total_bytes - pick.streamed_bytes

@@ -63,12 +63,18 @@ def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay
 
     p = ctx.problem
     if p.budget_bytes is None or windowed:
-        yield name, select(p.transfer_budget_scale).selection
+        yield name, _known(ctx, select(p.transfer_budget_scale))
     if p.budget_bytes is None:
         return
     pick = fit_level(ctx, select, hi, lay[0], lay[1], lay[2])
     if pick is not None:
-        yield name, pick.selection
+        yield name, _known(ctx, pick)
+
+
+def _known(ctx: Context, pick: Pick) -> Selection:
+    """`pick`'s selection, its pick kept for `build_plan`."""
+    ctx.plans.picks.setdefault(pick.selection, pick)
+    return pick.selection
 
 
 def _bytes_hi(ctx: Context) -> float:
@@ -164,7 +170,7 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     budget = p.budget_bytes
 
     def at(step: int) -> Selection:
-        return pick(step).selection
+        return _known(ctx, pick(step))
 
     def pick(step: int) -> Pick:  # the same steps recur for every layout
         key = ("nth", step)

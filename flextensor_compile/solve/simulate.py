@@ -73,20 +73,20 @@ def simulate_copies(compute_ms: tuple[float, ...], traps: list[int], issue_at: l
             engine_free += copy_ms[k]
             copy_end[traps[k]] = engine_free
     at_entry: list[list[tuple[int, int, float, int]]] = [[] for _ in range(n)]
-    for i, ks in issued_at.items():  # (job, its trap, its time, n when it is for the next round)
-        at_entry[i] = [(k, traps[k], copy_ms[k], 0 if traps[k] >= i else n) for k in ks]
+    for i, ks in issued_at.items():  # (job, its trap, its time, the trap + n when next round's)
+        at_entry[i] = [(k, traps[k], copy_ms[k], traps[k] if traps[k] >= i else traps[k] + n)
+                       for k in ks]  # fmt: skip
     last = ITERATIONS - 1
-    first_kept, end_kept = last * n, ITERATIONS * n
     for r in range(ITERATIONS):
         base = r * n
+        kept_from, kept_to = (last - r) * n, (last + 1 - r) * n  # the last iteration's traps
         for i, (entries, trap_ms) in enumerate(zip(at_entry, compute_ms, strict=True)):
             entry = prev_end
-            for k, trap, ms, wrap in entries:
-                need = base + trap + wrap
+            for k, trap, ms, need in entries:
                 start = entry if entry > engine_free else engine_free
                 engine_free = start + ms
-                copy_end[need] = engine_free  # copies run in issue order: this one ends last
-                if first_kept <= need < end_kept:  # a copy the last iteration's traps read
+                copy_end[base + need] = engine_free  # copies run in issue order: it ends last
+                if kept_from <= need < kept_to:  # a copy the last iteration's traps read
                     copies.append((k, trap, start, engine_free))
             ready = copy_end[base + i]  # -inf (no copy): the trap starts as it is entered
             start = entry if entry > ready else ready

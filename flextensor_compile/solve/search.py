@@ -111,11 +111,11 @@ def _by_block(ctx: Context, high: Pick, num_blocks: int, order: str) -> tuple[in
     traps = tuple(o for o, s in enumerate(high.slot_bytes) if s)
     sizes = tuple(high.slot_bytes[o] for o in traps)
     a = assign_blocks(traps, sizes, len(high.slot_bytes), num_blocks, order)
-    block = {} if a is None else dict(zip(traps, a.blocks, strict=True))
-    rank = {o: r for r, o in enumerate(ctx.spread)}
-    return tuple(
-        sorted(range(len(high.slot_bytes)), key=lambda o: (block.get(o, 1 << 30), rank[o]))
-    )
+    block = [1 << 30] * len(high.slot_bytes)  # traps without a transfer come last
+    if a is not None:
+        for o, b in zip(traps, a.blocks, strict=True):
+            block[o] = b
+    return tuple(sorted(ctx.spread, key=block.__getitem__))  # stable: spread order within
 
 
 def _mix(

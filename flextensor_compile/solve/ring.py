@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from operator import itemgetter
 
 from flextensor_compile.solve.problem import ALIGN_BYTES, Problem
 
@@ -121,7 +122,7 @@ def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Pai
         avoid = tuple((a, a + n) for o, _, a, n in out if o == nxt) if nxt <= order else ()
         split = _split(paint, chosen, sizes, now, avoid)
         if split is not None:
-            out.extend((order, k, at, size) for k, at, size in split)
+            out.extend([(order, k, at, size) for k, at, size in split])
             continue
         at, _ = paint.earliest(sum(sizes), now, avoid)
         if at < 0:
@@ -155,7 +156,8 @@ def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
         paint.write(at, at + size, now)
         out.append((chosen[j], at, size))
         _grow(runs, at, at + size)
-    return sorted(out, key=lambda x: x[1])
+    out.sort(key=itemgetter(1))  # address order
+    return out
 
 
 def _grow(runs: list[list[int]], a: int, b: int) -> None:

@@ -7,7 +7,8 @@ share one); when an order cannot be scheduled the next one is tried. Block sizes
 (each block as large as the largest transfer it carries), and the schedule: a transfer is issued
 at the entry of the trap after the block's previous reader (as early as the block allows,
 cyclically, so the first traps' weights are fetched during the tail of the previous iteration);
-its block is released after its own trap (the last reader) finishes.
+its block is released after its own trap (the last reader) finishes. `assigned_bytes` gives the
+total block bytes alone (what a memory check needs) without building the schedule.
 Both assignments are O(transfers x blocks): no cliff in the number of traps.
 Must not know: time, tensors, how the streamed set was chosen.
 """

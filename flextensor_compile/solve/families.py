@@ -184,7 +184,8 @@ def make_context(problem: Problem) -> Context:
         signatures.setdefault(tuple((it.slot_bytes, it.bytes) for it in t.items), len(signatures))
         for t in problem.traps
     )
+    smallest = tuple(min(b, default=0) for b in problem.item_bytes)
     return Context(problem, tuple(tables), _windows(problem),
                    tuple(t.streamable_slot_bytes for t in problem.traps), spread,
-                   tuple({} for _ in range(n)), largest, kind,
-                   tuple(min(b, default=0) for b in problem.item_bytes), {}, {}, {}, PlanCache())  # fmt: skip
+                   tuple({} for _ in range(n)), largest, kind, smallest, {}, {}, {},
+                   PlanCache())  # fmt: skip

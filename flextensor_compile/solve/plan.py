@@ -2,7 +2,8 @@
 
 Owns: the `Plan` dataclass and `build_plan`, which turns a streamed selection (per trap, which
 items stream) and a layout (a block count and order, or the ring: one block holding whatever
-the budget leaves) into blocks, a schedule and a simulation; and the memory arithmetic
+the budget leaves) into blocks, a schedule and a simulation; the per-solve `PlanCache` (picks,
+copy times and simulations the candidates of one solve share); and the memory arithmetic
 (peak = resident + blocks + activation reserve).
 Must not know: how the selection was chosen (strategies), the profile format.
 """

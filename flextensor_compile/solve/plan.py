@@ -174,22 +174,24 @@ def build_plan(
                         cache.copy_ms(bw, sizes[j]), selection[t])
         for j, t in enumerate(traps)
     )  # fmt: skip
-    sim = _simulated(problem, transfers, cache)
+    sim = _simulated(problem, list(traps), list(a.issue_at), list(sizes), cache)
     streamed = pick.streamed_bytes
     resident = problem.total_bytes - streamed
     peak = resident + sum(a.block_bytes) + problem.reserve_bytes
     return Plan(strategy, selection, a.block_bytes, transfers, resident, streamed, peak, sim)
 
 
-def _simulated(problem: Problem, transfers: tuple[PlannedTransfer, ...], cache: PlanCache
-               ) -> Simulation:  # fmt: skip
-    """The simulation of `transfers`, from `cache` when the same schedule was seen."""
-    key = tuple([(x.trap, x.issue_at, x.bytes) for x in transfers])  # copy_ms follows bytes
+def _simulated(problem: Problem, traps: list[int], issue_at: list[int], sizes: list[int],
+               cache: PlanCache) -> Simulation:  # fmt: skip
+    """The simulation of copies (traps[k], issue_at[k], sizes[k] bytes), from `cache` when the
+    same schedule was seen."""
+    key = tuple(zip(traps, issue_at, sizes, strict=True))
     sim = cache.simulations.get(key)
     if sim is None:
+        bw = problem.bandwidth
         sim = cache.simulations[key] = simulate_copies(
-            problem.trap_compute_ms, [x.trap for x in transfers], [x.issue_at for x in transfers],
-            [x.copy_ms for x in transfers])  # fmt: skip
+            problem.trap_compute_ms, traps, issue_at, [cache.copy_ms(bw, s) for s in sizes]
+        )
     return sim
 
 
@@ -210,35 +212,48 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str,
     )
     if ring < need:
         return None
-    best: Plan | None = None
+    # the placements' plans differ only in makespan and ring bytes: the Plan of the better only
+    best: tuple[tuple[float, int], tuple[RingPiece, ...], Simulation] | None = None
     for mirrored in (False, True):
-        if best is not None and best.makespan_ms <= _busy_ms(best) * (1 + _IDLE_TOLERANCE):
+        if best is not None and best[2].makespan_ms <= _busy_ms(best[2]) * (1 + _IDLE_TOLERANCE):
             break  # the engine or the compute stream (nearly) never idles
         pieces = ring_layout(problem, selection, ring, mirrored)
         if pieces is None:
             continue
-        plan = _ring_plan(problem, selection, strategy, pieces, resident, pick.streamed_bytes,
-                          cache)  # fmt: skip
-        if best is None or plan.rank_key() < best.rank_key():
-            best = plan
-    return best
+        sim = _ring_simulation(problem, pieces, cache)
+        rank = (round(sim.makespan_ms, 9), _ring_bytes(pieces))  # as `Plan.rank_key` orders
+        if best is None or rank < best[0]:
+            best = (rank, pieces, sim)
+    if best is None:
+        return None
+    return _ring_plan(problem, selection, strategy, best[1], resident, pick.streamed_bytes,
+                      cache, best[2])  # fmt: skip
 
 
-def _busy_ms(plan: Plan) -> float:
-    sim = plan.simulation
+def _busy_ms(sim: Simulation) -> float:
     return max(sim.compute_ms, sim.copy_busy_ms)
+
+
+def _ring_bytes(pieces: tuple[RingPiece, ...]) -> int:
+    return max(x.offset + x.bytes for x in pieces)  # bytes never reached stay free
+
+
+def _ring_simulation(problem: Problem, pieces: tuple[RingPiece, ...], cache: PlanCache
+                     ) -> Simulation:  # fmt: skip
+    return _simulated(problem, [x.trap for x in pieces], [x.issue_at for x in pieces],
+                      [x.bytes for x in pieces], cache)  # fmt: skip
 
 
 def _ring_plan(problem: Problem, selection: Selection, strategy: str,
                pieces: tuple[RingPiece, ...], resident: int, streamed: int,
-               cache: PlanCache | None = None) -> Plan:  # fmt: skip
-    ring = max(x.offset + x.bytes for x in pieces)  # bytes the placement never reached stay free
+               cache: PlanCache | None = None, sim: Simulation | None = None) -> Plan:  # fmt: skip
+    ring = _ring_bytes(pieces)
     bw, cache = problem.bandwidth, PlanCache() if cache is None else cache
     transfers = tuple(
         PlannedTransfer(x.trap, 0, x.bytes, x.issue_at, x.trap, cache.copy_ms(bw, x.bytes),
                         x.items, x.offset)
         for x in pieces
     )  # fmt: skip
-    sim = _simulated(problem, transfers, cache)
+    sim = _ring_simulation(problem, pieces, cache) if sim is None else sim
     peak = resident + ring + problem.reserve_bytes
     return Plan(strategy, selection, (ring,), transfers, resident, streamed, peak, sim)

@@ -144,6 +144,12 @@ def _grow(
     traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
 ) -> tuple[list[int], list[int]] | None:
     """Per transfer its block (each to the block that grows least), and the block sizes."""
+    return _grow_two(traps, sizes, n_traps) if k == 2 else _grow_any(traps, sizes, n_traps, k)
+
+
+def _grow_any(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+) -> tuple[list[int], list[int]] | None:
     size = [0] * k
     first_user = [-1] * k
     last_user = [-1] * k
@@ -169,6 +175,34 @@ def _grow(
         used_at[best] = j
         out.append(best)
     return out, size
+
+
+def _grow_two(
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int
+) -> tuple[list[int], list[int]] | None:
+    """`_grow_any` with two blocks (the common case), their state in locals."""
+    size0 = size1 = 0
+    first0 = first1 = last0 = last1 = used0 = used1 = -1
+    out = []
+    for j, (t, s) in enumerate(zip(traps, sizes, strict=True)):
+        ok0 = last0 < 0 or (t - last0 >= 2 and (first0 - t) % n_traps >= 2)
+        ok1 = last1 < 0 or (t - last1 >= 2 and (first1 - t) % n_traps >= 2)
+        if ok0 and ok1:  # least growth, then least recently used, then block 0
+            grow0 = s - size0 if s > size0 else 0
+            grow1 = s - size1 if s > size1 else 0
+            ok0 = not (grow1 < grow0 or (grow1 == grow0 and used1 < used0))
+        elif not ok0 and not ok1:
+            return None
+        if ok0:
+            size0 = s if s > size0 else size0
+            first0 = t if first0 < 0 else first0
+            last0, used0 = t, j
+        else:
+            size1 = s if s > size1 else size1
+            first1 = t if first1 < 0 else first1
+            last1, used1 = t, j
+        out.append(0 if ok0 else 1)
+    return out, [size0, size1]
 
 
 def _size_classes(

@@ -5,7 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flextensor_compile.solve.assign import ORDERS, assign_blocks, assigned_bytes
+from flextensor_compile.solve.assign import (
+    ORDERS,
+    _grow_any,
+    _grow_two,
+    assign_blocks,
+    assigned_bytes,
+)
 
 
 @st.composite
@@ -25,3 +31,12 @@ def test_assigned_bytes_is_the_total_of_assign_blocks(
     full = assign_blocks(traps, sizes, n_traps, num_blocks, mode)
     total = assigned_bytes(traps, sizes, n_traps, num_blocks, mode)
     assert total == (None if full is None else sum(full.block_bytes))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_transfers())
+def test_two_block_growth_matches_the_general_loop(
+    transfers: tuple[tuple[int, ...], tuple[int, ...], int],
+) -> None:
+    traps, sizes, n_traps = transfers
+    assert _grow_two(traps, sizes, n_traps) == _grow_any(traps, sizes, n_traps, 2)

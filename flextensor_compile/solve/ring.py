@@ -153,19 +153,17 @@ def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
                 paint.starts, paint.when = saved
                 return None
             needed = max(needed, when)
-        paint.write(at, at + size, now)
+        end = at + size
+        paint.write(at, end, now)
         out.append((chosen[j], at, size))
-        _grow(runs, at, at + size)
+        for run in runs:  # extend the run it touches, else start one
+            if run[1] == at or run[0] == end:
+                run[0], run[1] = min(run[0], at), max(run[1], end)
+                break
+        else:
+            runs.append([at, end])
     out.sort(key=itemgetter(1))  # address order
     return out
-
-
-def _grow(runs: list[list[int]], a: int, b: int) -> None:
-    for run in runs:
-        if run[1] == a or run[0] == b:
-            run[0], run[1] = min(run[0], a), max(run[1], b)
-            return
-    runs.append([a, b])
 
 
 def _beside(paint: _Paint, runs: list[list[int]], size: int, now: int, needed: int,
@@ -288,11 +286,16 @@ def _runs(placed: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, 
     """(trap, start, end, lo, hi) of each stretch of adjacent bytes one trap's tensors were
     given: `placed[lo:hi]`."""
     runs: list[tuple[int, int, int, int, int]] = []
+    trap, start, end, lo = -1, 0, 0, 0  # the run being grown
     for j, (order, _, at, size) in enumerate(placed):
-        if runs and runs[-1][0] == order and runs[-1][2] == at:
-            runs[-1] = (order, runs[-1][1], at + size, runs[-1][3], j + 1)
-        else:
-            runs.append((order, at, at + size, j, j + 1))
+        if order == trap and at == end:
+            end += size
+            continue
+        if trap >= 0:
+            runs.append((trap, start, end, lo, j))
+        trap, start, end, lo = order, at, at + size, j
+    if trap >= 0:
+        runs.append((trap, start, end, lo, len(placed)))
     return runs
 
 

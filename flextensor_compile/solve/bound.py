@@ -55,6 +55,7 @@ __all__ = [
     "copies_are_subadditive",
     "staging_bound",
     "staging_bound_ms",
+    "staging_trap_bytes",
 ]
 
 MAX_TABLE_SUMS = 1 << 14  # a trap's table of sizes is rounded to a grid beyond this many sums
@@ -295,6 +296,16 @@ def staging_bound(
     overlap = _overlap_ms(problem, deficit, max_overlap_ranges)
     bound = max(compute, simple, staging, overlap)
     return StagingBound(bound, compute, simple, staging, overlap, deficit, m, exact)
+
+
+def staging_trap_bytes(problem: Problem) -> int:
+    """The largest trap transfer m (counted bytes) at which the staging term is least: streaming
+    the deficit plus m in copies of at most m costs least per byte there (0: nothing must
+    stream, latency mode, or no plan fits)."""
+    deficit = problem.total_bytes + problem.reserve_bytes - (problem.budget_bytes or 0)
+    if problem.budget_bytes is None or deficit <= 0 or problem.bandwidth.latency_ms < 0:
+        return 0
+    return _staging_ms(problem, deficit, MAX_TABLE_SUMS, MAX_CANDIDATES)[1]
 
 
 def staging_bound_ms(problem: Problem) -> float:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from flextensor_compile.solve.cover import cover_sizes
 from flextensor_compile.solve.plan import Pick, PlanCache
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.subset import SubsetTable
@@ -52,7 +53,33 @@ class Context:
                   if s and w > MIN_WINDOW_MS]  # fmt: skip
         return max(ratios, default=1.0) * 1.001 + 1e-9
 
-    def _counted(self, order: int, k: int) -> int:
+    @cached_property
+    def spread_rank(self) -> dict[int, int]:
+        """Trap order -> its position in the spread order."""
+        return {o: r for r, o in enumerate(self.spread)}
+
+    @cached_property
+    def cover_sizes(self) -> tuple[int, ...]:
+        """The largest transfers cover selections try (`cover.cover_sizes`)."""
+        return cover_sizes(self)
+
+    @cached_property
+    def _within(self) -> dict[int, tuple[tuple[int, int, int], ...]]:
+        return {}  # m -> `largest_within(m)`
+
+    def largest_within(self, m: int) -> tuple[tuple[int, int, int], ...]:
+        """(slot bytes, trap order, subset index) of each trap's largest subset within `m` slot
+        bytes (traps with none left out), largest first, the spread order on ties."""
+        got = self._within.get(m)
+        if got is None:
+            rank = self.spread_rank
+            caps = [(t.sums[k], o, k) for o, t in enumerate(self.tables) if (k := t.best_within(m))]
+            caps.sort(key=lambda c: (-c[0], rank[c[1]]))
+            got = self._within[m] = tuple(caps)
+        return got
+
+    def counted_bytes(self, order: int, k: int) -> int:
+        """Counted bytes of trap `order`'s k-th subset-table entry."""
         cache = self.counted[order]
         if k not in cache:
             items = self.problem.traps[order].items
@@ -68,7 +95,7 @@ class Context:
             if got is None:
                 table = self.tables[order]
                 k = table.best_within(cap)
-                got = seen[key] = (table.subsets[k], table.sums[k], self._counted(order, k))
+                got = seen[key] = (table.subsets[k], table.sums[k], self.counted_bytes(order, k))
             sel.append(got[0])
             slots.append(got[1])
             streamed.append(got[2])

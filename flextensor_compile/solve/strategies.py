@@ -8,8 +8,10 @@ Owns: `solve(problem, strategy) -> Plan` and the documented algorithm of every s
   against bytes in proportion to each trap's weights when copies dominate;
 - global-offload: per trap, largest tensors first that fit the window before it;
 - global-tensor-selection: exact subsets for the whole model at one level of two cap families
-  (a uniform byte cap; each window plus a uniform extra), and with two blocks when copies
-  dominate, paired caps (one cap per block class, `paired`), keeping the best simulated;
+  (a uniform byte cap; each window plus a uniform extra), and when copies dominate, with two
+  blocks paired caps (one cap per block class, `paired`) and with one or two blocks or the
+  ring the fewest, largest transfers that cover the deficit (`cover`), keeping the best
+  simulated;
 - adaptive (default): all of the above, best by makespan, then peak, then streamed bytes.
 In memory mode every strategy bisects its level to the least streaming that fits the budget,
 for each layout tried (block count x block order); latency mode streams what fits the windows
@@ -23,6 +25,7 @@ import math
 from collections.abc import Callable, Iterator
 
 from flextensor_compile.solve.assign import orders_for
+from flextensor_compile.solve.cover import cover_selections
 from flextensor_compile.solve.families import MIN_WINDOW_MS, CapFamily, Context, make_context
 from flextensor_compile.solve.paired import classes_of, paired_caps
 from flextensor_compile.solve.plan import RING, Pick, Plan, Selection, build_plan, pick_of
@@ -41,6 +44,7 @@ _RING_HEADROOM = (0.125, 0.25, 0.5, 1.0)
 _RING_RETRIES = 2  # families whose ring plans are refitted with headroom
 _RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection")  # under adaptive
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
+_COVER_KEPT = 2  # cover selections simulated per layout: those whose copies take least
 
 Layout = tuple[int, str, int]  # (number of blocks, block order, ring headroom bytes)
 Candidate = tuple[str, Selection]
@@ -128,6 +132,18 @@ def _global_tensor_selection(ctx: Context, lay: Layout) -> Iterator[Candidate]:
         yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay,
                         tag=("window-plus",))  # fmt: skip
     yield from _paired(ctx, lay)
+    yield from _cover(ctx, lay)
+
+
+def _cover(ctx: Context, lay: Layout) -> Iterator[Candidate]:
+    """Copy-bound memory mode with one or two blocks or the ring: for each transfer size m of
+    `Context.cover_sizes`, the selections covering the deficit plus the layout's staging (its blocks
+    of m, or the ring's m plus its headroom) with transfers of at most m (`cover`)."""
+    if lay[0] > 2 or not _copies_dominate(ctx):
+        return
+    found = {sel for m in ctx.cover_sizes for sel in cover_selections(ctx, m, lay[0] * m + lay[2])}
+    for sel in sorted(found, key=lambda s: (_copy_floor_ms(ctx, s), s))[:_COVER_KEPT]:
+        yield "global-tensor-selection", sel
 
 
 def _paired(ctx: Context, lay: Layout) -> Iterator[Candidate]:

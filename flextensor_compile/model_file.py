@@ -80,9 +80,8 @@ def _exec_file(path: Path) -> Any:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         sys.modules.pop(name, None)
-        raise ModelFileError(
-            f"{path}: syntax error at line {exc.lineno}: {exc.msg}; fix the model file"
-        ) from None
+        at = f" at line {exc.lineno}" if exc.lineno else ""  # null bytes have no line
+        raise ModelFileError(f"{path}: syntax error{at}: {exc.msg}; fix the model file") from None
     except (Exception, SystemExit) as exc:
         sys.modules.pop(name, None)
         raise ModelFileError(

@@ -32,19 +32,21 @@ def inspect(
     ),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
-    from flextensor_compile.cli.paths import check_output_file
+    from flextensor_compile.cli.paths import atomic_output, check_distinct, check_image_file
     from flextensor_compile.cli.render import out_console, print_json, render_inspect
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_runtime.profile import load
 
-    check_output_file(timeline, "--timeline", "timeline.png")
+    check_image_file(timeline, "--timeline")
+    check_distinct([("--timeline", timeline)], [("the input profile", profile)])
     _reject_json(profile)
     loaded = load(profile)
     doc = inspect_document(loaded)
     if timeline is not None:
         from flextensor_compile.timeline import plot_timeline
 
-        plot_timeline(loaded, timeline)
+        with atomic_output(timeline) as tmp:
+            plot_timeline(loaded, tmp)
     if explain:
         from flextensor_compile.explain import explain_profile, explanation_json
 

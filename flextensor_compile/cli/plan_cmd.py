@@ -32,19 +32,23 @@ def plan(
     ),
 ) -> None:
     """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
-    from flextensor_compile.cli.paths import check_output_file
+    from flextensor_compile.cli.inputs import read_stats
+    from flextensor_compile.cli.limits import MAX_BLOCKS, check_at_most
+    from flextensor_compile.cli.paths import check_distinct, check_output_file
     from flextensor_compile.cli.render import out_console, print_json
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_compile.planning import plan_profile
-    from flextensor_compile.stats import load_stats
     from flextensor_compile.units import format_bytes, parse_size
     from flextensor_runtime.errors import ConfigError
     from flextensor_runtime.profile import PlanConfig, save
 
     if mem_fraction is not None and budget is not None:
         raise ConfigError("both --mem-fraction and --budget were given; pass only one")
+    check_at_most({"--num-blocks": num_blocks, "--min-blocks": min_blocks}, MAX_BLOCKS,
+                  "more blocks than the model has tensors")  # fmt: skip
     check_output_file(out, "-o", "profile.msgpack")
+    check_distinct([("-o", out)], [("the input stats file", stats)])
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
@@ -52,7 +56,7 @@ def plan(
     )  # fmt: skip
     # The canonical command (not argv): `ftc profile` records the same text for the same options,
     # so a profile re-planned from its stats is byte-identical.
-    profile = plan_profile(load_stats(stats), config, command=plan_command(config))
+    profile = plan_profile(read_stats(stats), config, command=plan_command(config))
     save(profile, out)
     if as_json:
         print_json(inspect_document(profile))

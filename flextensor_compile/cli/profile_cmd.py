@@ -20,9 +20,21 @@ from flextensor_compile.cli.progress import PhaseBars
 __all__ = ["register"]
 
 
+def _check_limits(opts: dict[str, Any]) -> None:
+    from flextensor_compile.cli import limits as lim
+
+    blocks = {"--num-blocks": opts["num_blocks"], "--min-blocks": opts["min_blocks"]}
+    lim.check_at_most(blocks, lim.MAX_BLOCKS, "more blocks than the model has tensors")
+    iters = {"--profiling-iters": opts["profiling_iters"], "--warmup-iters": opts["warmup_iters"]}
+    lim.check_at_most(iters, lim.MAX_ITERS, "each is a full forward; the median settles in a few")
+    lim.check_at_most({"--seed": opts["seed"]}, lim.MAX_SEED, "the profile stores 64 bits", True)
+
+
 def _config(opts: dict[str, Any]) -> Any:
     from flextensor_compile.config import OffloadConfig
     from flextensor_compile.units import parse_rate, parse_size
+
+    _check_limits(opts)
 
     values: dict[str, Any] = {
         "include_patterns": tuple(opts["include"] or ()),
@@ -125,11 +137,14 @@ def _run(opts: dict[str, Any]) -> None:
     save_stats, instrument = opts["save_stats"], opts["instrument"]
     quiet, as_json = opts["quiet"], opts["as_json"]
     config = _config(opts)
-    from flextensor_compile.cli.paths import check_output_dir, check_output_file
+    from flextensor_compile.cli.paths import check_distinct, check_output_dir, check_output_file
 
     check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
     check_output_file(save_stats, "--save-stats", "stats.json")
     check_output_dir(instrument, "--instrument")
+    model_path = Path(model) if Path(model).is_file() else None
+    check_distinct([("-o", output), ("--save-stats", save_stats)],
+                   [("the model file", model_path)])  # fmt: skip
     from flextensor_compile import compile_api
     from flextensor_compile.model_file import build_model, load_model_spec, make_inputs
     from flextensor_compile.profile_sections import add_sections, section_options
@@ -158,11 +173,12 @@ def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, 
             as_json: bool, console: Any) -> None:  # fmt: skip
     """Write the instrumentation files and print the summary (human, JSON, or one line)."""
     if instrument is not None:
+        from flextensor_compile.cli.paths import atomic_output
+
         instrument.mkdir(parents=True, exist_ok=True)
         for part, doc in api.instrumentation(c, prof).items():
-            (instrument / f"{part}.json").write_text(
-                json.dumps(doc, indent=1, sort_keys=True) + "\n"
-            )
+            with atomic_output(instrument / f"{part}.json") as tmp:
+                tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     summary = api.summary_document(c, prof, str(output))
     if as_json:
         from flextensor_compile.cli.render import print_json

@@ -46,15 +46,17 @@ def print_json(doc: Any) -> None:
 def _summary(doc: dict[str, Any]) -> Table:
     dev, tot, pred = doc["device"], doc["totals"], doc["predicted"]
     budget = doc["budget_bytes"]
-    budget_text = "none (latency mode)" if budget is None else (
-        f"{format_bytes(budget)} ({budget / dev['memory_bytes']:.0%} of device)")  # fmt: skip
+    memory = dev["memory_bytes"]  # 0 only in a hand-made profile: show it, divide by nothing
+    share = f"{budget / memory:.0%} of device" if budget and memory > 0 else "device memory unknown"
+    budget_text = "none (latency mode)" if budget is None else f"{format_bytes(budget)} ({share})"
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     rows = [
         ("model", f"{doc['model']['tensor_count']} tensors, "
                   f"{format_bytes(doc['model']['total_bytes'])}  [dim]{doc['model']['digest'][:16]}[/]"),
-        ("device", f"{dev['name']} ({dev['kind']}), {format_bytes(dev['memory_bytes'])}, "
+        ("device", f"{dev['name']} ({dev['kind']}), "
+                   f"{format_bytes(memory) if memory > 0 else 'device memory unknown'}, "
                    f"h2d {format_rate(dev['h2d_bytes_per_s'])}"),
         ("budget", budget_text),
         ("strategy", f"{doc['config']['strategy']}, {doc['config']['transfer_mode']}"),

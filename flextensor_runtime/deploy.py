@@ -186,6 +186,11 @@ def _checked_arguments(model: Any, path: Any) -> Profile:
             f"offload_from_profile needs a profile path or a Profile, got {type(path).__name__}; "
             "pass the .msgpack file `ftc profile` wrote"
         )
+    if not isinstance(path, Profile) and not os.fspath(path):
+        raise ConfigError(
+            "offload_from_profile got an empty profile path; pass the .msgpack file `ftc profile` "
+            "wrote"
+        )
     profile = path if isinstance(path, Profile) else load_profile(path)
     if isinstance(path, Profile):
         profile_format.check_profile(profile)

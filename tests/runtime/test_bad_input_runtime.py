@@ -1,0 +1,144 @@
+"""`offload_from_profile` against bad input on the bundled tiny transformer and its compiled
+profile: every failed installation is one-line `FlextensorError` naming the fix, and leaves the
+model's parameters, devices, layouts, forwards and outputs exactly as they were."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from flextensor_runtime.backend import CpuBackend
+from flextensor_runtime.deploy import handle, offload_from_profile
+from flextensor_runtime.errors import (
+    ConfigError,
+    FlextensorError,
+    ProfileFormatError,
+    ProfileMismatchError,
+)
+from flextensor_runtime.profile import Profile, fingerprint, load, save
+from profiles.tiny_transformer import build_model, example_inputs
+from tests.runtime.conftest import assert_same, snapshot
+
+ROOT = Path(__file__).parents[2]
+PROFILE = ROOT / "profiles" / "tiny_transformer.f60.msgpack"
+STATS = ROOT / "profiles" / "tiny_transformer.stats.json"
+
+
+def _output(model: nn.Module) -> torch.Tensor | None:
+    """The forward's output; None for a model changed so that it no longer runs."""
+    try:
+        with torch.no_grad():
+            return model(*example_inputs())
+    except RuntimeError:
+        return None
+
+
+def _same_output(model: nn.Module, expected: torch.Tensor | None) -> bool:
+    after = _output(model)
+    return after is None if expected is None else after is not None and torch.equal(after, expected)
+
+
+def _streamed(profile: Profile) -> list[str]:
+    return [e.name for e in profile.all_tensors() if e.placement == "streamed"]
+
+
+def _with_entry(profile: Profile, name: str, **changes: object) -> Profile:
+    """`profile` with one tensor entry changed (and the fingerprint made to match again)."""
+    traps = tuple(
+        replace(t, tensors=tuple(replace(e, **changes) if e.name == name else e for e in t.tensors))
+        for t in profile.traps
+    )
+    changed = replace(profile, traps=traps)
+    return replace(changed, model=fingerprint(changed.all_tensors()))
+
+
+def _file(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def _relaid(model: nn.Module) -> None:
+    """blocks.3.up.weight keeps its values but is stored transposed (column-major)."""
+    w = model.blocks[3].up.weight
+    w.data = w.data.t().contiguous().t()
+
+
+def _square_swapped(tmp_path: Path) -> Profile:
+    """A profile claiming the square, streamed blocks.2.proj.weight is stored transposed."""
+    profile = load(PROFILE)
+    assert "blocks.2.proj.weight" in _streamed(profile)
+    return _with_entry(profile, "blocks.2.proj.weight", stride=(1, 128))
+
+
+CASES: dict[str, tuple[Callable[[Path], object], Callable[[nn.Module], None] | None, type, str]] = {
+    "truncated file": (lambda d: _file(d, "t.msgpack", PROFILE.read_bytes()[:4000]), None,
+                       ProfileFormatError, "truncated or damaged"),
+    "random bytes": (lambda d: _file(d, "r.msgpack", bytes(range(256)) * 8), None,
+                     ProfileFormatError, "recompile"),
+    "empty file": (lambda d: _file(d, "e.msgpack", b""), None, ProfileFormatError, "empty"),
+    "a stats file": (lambda d: STATS, None, ProfileFormatError, "ftc plan STATS"),
+    "an empty path": (lambda d: "", None, ConfigError, "empty"),
+    "reshaped layer": (lambda d: PROFILE, lambda m: setattr(m.blocks[2], "up", nn.Linear(128, 256)),
+                       ProfileMismatchError, "reshaped: blocks.2.up.bias [512]->[256]"),
+    "re-typed layer": (lambda d: PROFILE, lambda m: m.blocks[1].half(), ProfileMismatchError,
+                       "re-typed: blocks.1.attn_norm.bias float32->float16"),
+    "transposed weight": (lambda d: PROFILE, _relaid, ProfileMismatchError,
+                          "blocks.3.up.weight stride [128, 1]->[1, 512]"),
+    "profile layout differs": (_square_swapped, None, ProfileMismatchError,
+                               "blocks.2.proj.weight stride [1, 128]->[128, 1]"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_failed_install_leaves_the_model_unchanged(tmp_path, case) -> None:
+    make_source, change_model, error, needle = CASES[case]
+    model = build_model()
+    if change_model is not None:
+        change_model(model)
+    before, output = snapshot(model), _output(model)
+    with pytest.raises(error) as err:
+        offload_from_profile(model, make_source(tmp_path), backend=CpuBackend())  # type: ignore[arg-type]
+    message = str(err.value)
+    assert isinstance(err.value, FlextensorError)
+    assert "\n" not in message and needle in message, message
+    assert_same(model, before)
+    assert _same_output(model, output)
+
+
+def test_a_relaid_weight_message_names_the_fix() -> None:
+    model = build_model()
+    _relaid(model)
+    with pytest.raises(ProfileMismatchError, match=r"recompile .*`p.data = p.data.contiguous\(\)`"):
+        offload_from_profile(model, PROFILE, backend=CpuBackend())
+
+
+def test_install_twice_and_remove_twice() -> None:
+    model = build_model()
+    before, output = snapshot(model), _output(model)
+    offload_from_profile(model, PROFILE, backend=CpuBackend())
+    h = handle(model)
+    with pytest.raises(ConfigError, match="already has an offload profile installed"):
+        offload_from_profile(model, PROFILE, backend=CpuBackend())
+    assert handle(model) is h and _same_output(model, output)  # the first still runs
+    h.remove()
+    h.remove()  # a second removal is a no-op
+    assert_same(model, before)
+    assert output is not None and _same_output(model, output)
+    with pytest.raises(ConfigError, match="no offload profile installed"):
+        handle(model)
+
+
+def test_a_profile_saved_with_swapped_layout_round_trips_to_the_same_refusal(tmp_path) -> None:
+    """The layout check happens on the file path too (not only on a Profile object)."""
+    path = save(_square_swapped(tmp_path), tmp_path / "p.msgpack")
+    model = build_model()
+    before = snapshot(model)
+    with pytest.raises(ProfileMismatchError, match=r"blocks\.2\.proj\.weight"):
+        offload_from_profile(model, path, backend=CpuBackend())
+    assert_same(model, before)

@@ -65,6 +65,10 @@ def _exec_file(path: Path) -> Any:
         raise ModelFileError(
             f"{path}: is a folder, not a model file; pass the .py file that defines build_model()"
         )
+    if path.exists() and not path.is_file():
+        raise ModelFileError(
+            f"{path}: is not a regular file (a device or a pipe); pass the .py model file"
+        )
     if not path.is_file():
         raise ModelFileError(
             f"{path}: no such model file; pass a .py file or package.module:function"

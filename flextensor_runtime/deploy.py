@@ -36,6 +36,12 @@ _HANDLE_ATTR = "_ft_handle"
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate an offload profile (no model needed); errors are one-line `ProfileError`s."""
+    if os.path.exists(path) and not os.path.isdir(path) and not os.path.isfile(path):
+        # /dev/zero would be read until memory runs out, a named pipe would block for ever
+        raise ProfileFormatError(
+            f"{path}: is not a regular file (a device or a pipe); pass the .msgpack file "
+            "`ftc profile` wrote"
+        )
     if _looks_like_json(path):
         raise ProfileFormatError(
             f"{path}: is a JSON text file (a stats file?), not a profile; pass the .msgpack "

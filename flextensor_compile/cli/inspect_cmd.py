@@ -32,13 +32,16 @@ def inspect(
     ),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
+    from flextensor_compile.cli.inputs import check_regular_file
     from flextensor_compile.cli.paths import atomic_output, check_distinct, check_image_file
     from flextensor_compile.cli.render import out_console, print_json, render_inspect
     from flextensor_compile.inspect_doc import inspect_document
+    from flextensor_runtime.errors import ProfileFormatError
     from flextensor_runtime.profile import load
 
     check_image_file(timeline, "--timeline")
     check_distinct([("--timeline", timeline)], [("the input profile", profile)])
+    check_regular_file(profile, ProfileFormatError, "pass the .msgpack file `ftc profile` wrote")
     _reject_json(profile)
     loaded = load(profile)
     doc = inspect_document(loaded)

@@ -32,7 +32,7 @@ def _load(path: Path) -> tuple[Stats, PlanConfig]:
     from flextensor_compile.sweep import stats_from_profile
     from flextensor_runtime.profile import PlanConfig, load
 
-    if not path.is_file():  # load_stats names a missing file or a folder in one line
+    if not path.is_file():  # a missing file, a folder or a device: one line, nothing read
         return read_stats(path), PlanConfig()
     with open(path, "rb") as fh:
         head = fh.read(1)

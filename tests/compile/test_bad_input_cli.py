@@ -287,3 +287,48 @@ def test_a_model_file_with_null_bytes_names_no_line_none(tmp_path, capsys) -> No
     code, _, err = _run(capsys, ["profile", str(model), "-o", str(tmp_path / "p.msgpack")])
     _one_line(code, err, "model file", "null bytes", "fix the model file")
     assert "None" not in err
+
+
+# --- inputs that are not regular files ---------------------------------------------------------
+
+_NOT_A_FILE_CHILD = """
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))  # a regression fails, not swaps
+import torch
+from pathlib import Path
+from flextensor_compile.cli.app import app
+from flextensor_compile.cli.errors import run_guarded
+from flextensor_runtime.backend import CpuBackend
+from flextensor_runtime.deploy import offload_from_profile
+from flextensor_runtime.errors import ProfileFormatError
+
+tmp = Path(sys.argv[1])
+fifo = tmp / "fifo"
+os.mkfifo(fifo)
+for source in ("/dev/zero", str(fifo)):
+    for argv in (["inspect", source], ["plan", source, "-o", str(tmp / "p.msgpack")],
+                 ["sweep", source, "--fractions", "0.5"]):
+        print(run_guarded(lambda: app(argv, prog_name="ftc"), False), flush=True)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    try:
+        offload_from_profile(model, source, backend=CpuBackend())
+    except ProfileFormatError as exc:
+        print("runtime:", exc, flush=True)
+"""
+
+
+def test_a_device_or_pipe_given_as_input_is_refused_unread(tmp_path) -> None:
+    """/dev/zero was read until memory ran out, a FIFO blocked for ever; both are one line."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", _NOT_A_FILE_CHILD, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    codes = done.stdout.split()
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if not line.startswith("runtime:")] == [
+        "1"
+    ] * 6
+    assert done.stdout.count("runtime:") == 2 and "not a regular file" in done.stdout, codes
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == 6 and all("is not a regular file" in e for e in errors), errors
+    assert all(e.startswith(("ftc: invalid profile: ", "ftc: invalid stats: ")) for e in errors)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]

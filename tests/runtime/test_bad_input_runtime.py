@@ -17,6 +17,7 @@ from flextensor_runtime.deploy import handle, offload_from_profile
 from flextensor_runtime.errors import (
     ConfigError,
     FlextensorError,
+    ModelFileError,
     ProfileFormatError,
     ProfileMismatchError,
 )
@@ -141,4 +142,12 @@ def test_a_profile_saved_with_swapped_layout_round_trips_to_the_same_refusal(tmp
     before = snapshot(model)
     with pytest.raises(ProfileMismatchError, match=r"blocks\.2\.proj\.weight"):
         offload_from_profile(model, path, backend=CpuBackend())
+    assert_same(model, before)
+
+
+def test_a_device_as_checkpoint_is_named_as_such() -> None:
+    model = build_model()
+    before = snapshot(model)
+    with pytest.raises(ModelFileError, match=r"checkpoint /dev/zero is not a regular file"):
+        offload_from_profile(model, PROFILE, backend=CpuBackend(), checkpoint="/dev/zero")
     assert_same(model, before)

@@ -9,6 +9,8 @@ Must not know: how discovery, measurement or solving work.
 from __future__ import annotations
 
 import json
+import sys
+from contextlib import nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -152,20 +154,22 @@ def _run(opts: dict[str, Any]) -> None:
     from flextensor_runtime.profile import save
 
     sections = section_options(config)  # bad specs fail before the model is built
-    spec = load_model_spec(model, inputs)
-    config = config.with_patterns(spec.include, spec.exclude)
-    with PhaseBars(quiet or as_json) as bars:
-        built = build_model(spec)
-        example = make_inputs(spec)
-        stem = Path(model).stem if model.endswith(".py") else model
-        c = compile_api.collect_stats(built, example, config, spec.run, name=stem,
-                                      source=spec.source, progress=bars)  # fmt: skip
-        if save_stats is not None:
-            write_stats(c.stats, save_stats)
-        bars.start("solving", 1)
-        prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
-        bars.advance("solving")
-    save(prof, output)
+    # With --json stdout carries one document: what the model file prints goes to stderr.
+    with redirect_stdout(sys.stderr) if as_json else nullcontext():
+        spec = load_model_spec(model, inputs)
+        config = config.with_patterns(spec.include, spec.exclude)
+        with PhaseBars(quiet or as_json) as bars:
+            built = build_model(spec)
+            example = make_inputs(spec)
+            stem = Path(model).stem if model.endswith(".py") else model
+            c = compile_api.collect_stats(built, example, config, spec.run, name=stem,
+                                          source=spec.source, progress=bars)  # fmt: skip
+            if save_stats is not None:
+                write_stats(c.stats, save_stats)
+            bars.start("solving", 1)
+            prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
+            bars.advance("solving")
+        save(prof, output)
     _finish(compile_api, c, prof, output, instrument, quiet, as_json, bars.console)
 
 

@@ -129,21 +129,28 @@ def _umask() -> int:
     return mask
 
 
-def test_instrument_files_are_written_whole(tmp_path, capsys) -> None:
+TALKATIVE_MODEL = (
+    "import torch\nprint('loading the model file')\n"
+    "def build_model():\n    print('building')\n"
+    "    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))\n"
+    "def example_inputs():\n    return (torch.randn(2, 8),)\n"
+)
+
+
+def test_instrument_files_are_written_whole_and_model_prints_leave_json_alone(
+    tmp_path, capsys
+) -> None:
     model = tmp_path / "model.py"
-    model.write_text(
-        "import torch\n"
-        "def build_model():\n    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(),"
-        " torch.nn.Linear(8, 8))\n"
-        "def example_inputs():\n    return (torch.randn(2, 8),)\n"
-    )
+    model.write_text(TALKATIVE_MODEL)
     out = tmp_path / "inst"
-    code, _, err = _run(
+    code, stdout, err = _run(
         capsys,
         ["profile", str(model), "-o", str(tmp_path / "p.msgpack"), "--instrument", str(out),
-         "--quiet", "--profiling-iters", "1", "--warmup-iters", "0"],
+         "--json", "--profiling-iters", "1", "--warmup-iters", "0"],
     )  # fmt: skip
     assert code == 0, err
+    assert json.loads(stdout)["output"] == str(tmp_path / "p.msgpack")  # one JSON document
+    assert "loading the model file" in err and "building" in err
     names = sorted(p.name for p in out.iterdir())
     assert names and all(n.endswith(".json") and not n.startswith(".") for n in names)
     for name in names:

@@ -33,6 +33,10 @@ _IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpe
 
 def _check_parent(path: Path, option: str) -> None:
     parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise ConfigError(
+            f"{option} {path}: {str(parent)!r} is a file, not a folder; write somewhere else"
+        )
     if not parent.is_dir():
         raise ConfigError(
             f"{option} {path}: the folder {str(parent)!r} does not exist; create it or write "

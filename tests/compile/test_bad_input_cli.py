@@ -66,6 +66,7 @@ def test_plan_refuses_to_overwrite_its_stats_file(tmp_path, capsys) -> None:
         (["-o", "{model}"], "-o {model}: is the model file"),
         (["--save-stats", "{model}"], "--save-stats {model}: is the model file"),
         (["-o", "{tmp}/x.bin", "--save-stats", "{tmp}/x.bin"], "--save-stats {tmp}/x.bin: is also"),
+        (["-o", "{model}/p.msgpack"], "-o {model}/p.msgpack: '{model}' is a file, not a folder"),
     ],
 )
 def test_profile_refuses_outputs_that_clash(tmp_path, capsys, args, needle) -> None:
@@ -198,8 +199,10 @@ def test_keyboard_interrupt_in_the_model_file_names_where(tmp_path, capsys) -> N
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py"]
 
 
-def test_ctrl_c_on_a_model_file_that_loops(tmp_path) -> None:
-    """A real SIGINT to `ftc profile` stuck in an endless build_model(): one line, exit 130."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_on_a_model_file_that_loops(tmp_path, signum) -> None:
+    """A real SIGINT (or SIGTERM, as `timeout` sends) to `ftc profile` stuck in an endless
+    build_model(): one line naming the line it stopped at, exit 130, nothing written."""
     started = tmp_path / "started"
     model = tmp_path / "model.py"
     model.write_text(
@@ -215,7 +218,7 @@ def test_ctrl_c_on_a_model_file_that_loops(tmp_path) -> None:
         while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert started.exists(), proc.stderr.read() if proc.stderr else ""
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:

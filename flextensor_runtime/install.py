@@ -2,7 +2,8 @@
 
 Owns: the order of installation (device blocks once; per transfer a host buffer filled from the
 model or the checkpoint, then the originals released; resident weights moved once; traps
-patched onto module forwards; the cyclic prologue issued) and an undo stack, so a failure at any
+patched onto module forwards; the weight guard (`weight_guard`); the cyclic prologue issued)
+and an undo stack, so a failure at any
 step, or `remove()`, restores parameters, forwards and devices.
 Must not know: profile files, the trap state machine's internals, report formatting.
 """
@@ -26,6 +27,7 @@ from flextensor_runtime.schedule import Tables, build_tables
 from flextensor_runtime.transfer_modes import StreamedTensor, check_mode, make_mode
 from flextensor_runtime.traps import Runtime
 from flextensor_runtime.views import placeholder, torch_dtype, typed_view
+from flextensor_runtime.weight_guard import guard_weights
 
 __all__ = ["Deployment", "install"]
 
@@ -257,6 +259,8 @@ def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
                       for r in [dep.binding.refs[e.name]] if isinstance(r.tensor, nn.Parameter)}  # fmt: skip
             runtime.grad_tensors[i] = tuple(params.values())
         _patch(dep, runtime)
+        refs = list(dep.binding.refs.values())
+        dep.undo.append(guard_weights(dep.model, lambda: [r.tensor for r in refs]))
         dep.runtime, dep.tables = runtime, tables
         runtime.prologue()
         free = hooks.free_fn

@@ -22,7 +22,7 @@ from flextensor_runtime.errors import (
     ProfileMismatchError,
 )
 from flextensor_runtime.profile import Profile, fingerprint, load, save
-from profiles.tiny_transformer import build_model, example_inputs
+from profiles.tiny_transformer import TinyTransformer, build_model, example_inputs
 from tests.runtime.conftest import assert_same, snapshot
 
 ROOT = Path(__file__).parents[2]
@@ -150,4 +150,51 @@ def test_a_device_as_checkpoint_is_named_as_such() -> None:
     before = snapshot(model)
     with pytest.raises(ModelFileError, match=r"checkpoint /dev/zero is not a regular file"):
         offload_from_profile(model, PROFILE, backend=CpuBackend(), checkpoint="/dev/zero")
+    assert_same(model, before)
+
+
+def _other_weights() -> dict[str, torch.Tensor]:
+    torch.manual_seed(5)
+    return TinyTransformer().state_dict()
+
+
+@pytest.mark.parametrize("target", ["model", "blocks.0"])
+def test_load_state_dict_on_an_installed_model_is_refused(target) -> None:
+    """Streamed weights are copied from host buffers taken at install: a load would have been
+    silently lost (forwards and remove() used the old values)."""
+    model = build_model()
+    before, output = snapshot(model), _output(model)
+    offload_from_profile(model, PROFILE, backend=CpuBackend())
+    module = model if target == "model" else model.get_submodule(target)
+    weights = _other_weights()
+    if target != "model":
+        weights = {
+            k.removeprefix(f"{target}."): v
+            for k, v in weights.items()
+            if k.startswith(f"{target}.")
+        }
+    with pytest.raises(ConfigError, match=r"load_state_dict .* handle\(model\)\.remove\(\)"):
+        module.load_state_dict(weights)
+    assert _same_output(model, output)
+    handle(model).remove()
+    assert_same(model, before)
+    module.load_state_dict(weights)  # allowed again once removed
+
+
+@pytest.mark.parametrize("convert", ["half", "double", "blocks.1.half"])
+def test_a_dtype_change_on_an_installed_model_is_refused(convert) -> None:
+    """`.half()` used to leave streamed weights as frozen copies of whatever the memory block
+    held, and remove() brought float32 back."""
+    model = build_model()
+    before, output = snapshot(model), _output(model)
+    offload_from_profile(model, PROFILE, backend=CpuBackend())
+    path, _, method = convert.rpartition(".")
+    module = model.get_submodule(path)
+    with pytest.raises(ConfigError, match=r"\.to\(\), \.half\(\).* handle\(model\)\.remove\(\)"):
+        getattr(module, method)()
+    assert _same_output(model, output)
+    model.to("cpu")  # a conversion that changes nothing is allowed
+    model.float()
+    assert _same_output(model, output)
+    handle(model).remove()
     assert_same(model, before)

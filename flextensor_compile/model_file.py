@@ -79,7 +79,8 @@ def _exec_file(path: Path) -> Any:
         raise ModelFileError(f"{path}: cannot be loaded as Python; pass a .py model file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    sys.path.insert(0, str(path.parent.resolve()))
+    folder = str(path.parent.resolve())  # now: the file may change the working folder
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
@@ -92,7 +93,8 @@ def _exec_file(path: Path) -> Any:
             f"{path}: running the file raised {_cause(exc, str(path.resolve()))}; fix the model file"
         ) from None
     finally:
-        sys.path.remove(str(path.parent.resolve()))
+        if folder in sys.path:
+            sys.path.remove(folder)
     return module
 
 

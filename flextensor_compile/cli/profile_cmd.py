@@ -154,6 +154,10 @@ def _run(opts: dict[str, Any]) -> None:
     from flextensor_runtime.profile import save
 
     sections = section_options(config)  # bad specs fail before the model is built
+    # Absolute now: a model file may change the working folder (names are printed as given).
+    output_at = output.absolute()
+    stats_at = None if save_stats is None else save_stats.absolute()
+    instrument_at = None if instrument is None else instrument.absolute()
     # With --json stdout carries one document: what the model file prints goes to stderr.
     with redirect_stdout(sys.stderr) if as_json else nullcontext():
         spec = load_model_spec(model, inputs)
@@ -164,13 +168,13 @@ def _run(opts: dict[str, Any]) -> None:
             stem = Path(model).stem if model.endswith(".py") else model
             c = compile_api.collect_stats(built, example, config, spec.run, name=stem,
                                           source=spec.source, progress=bars)  # fmt: skip
-            if save_stats is not None:
-                write_stats(c.stats, save_stats)
+            if stats_at is not None:
+                write_stats(c.stats, stats_at)
             bars.start("solving", 1)
             prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
             bars.advance("solving")
-        save(prof, output)
-    _finish(compile_api, c, prof, output, instrument, quiet, as_json, bars.console)
+        save(prof, output_at)
+    _finish(compile_api, c, prof, output, instrument_at, quiet, as_json, bars.console)
 
 
 def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, quiet: bool,

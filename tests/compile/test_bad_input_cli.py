@@ -342,3 +342,24 @@ def test_a_device_or_pipe_given_as_input_is_refused_unread(tmp_path) -> None:
     assert len(errors) == 6 and all("is not a regular file" in e for e in errors), errors
     assert all(e.startswith(("ftc: invalid profile: ", "ftc: invalid stats: ")) for e in errors)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_a_model_file_that_changes_folder_still_writes_where_asked(tmp_path, capsys, monkeypatch):
+    """The output paths were taken relative to the folder the model file moved to (and moving
+    broke the model loader with an internal ValueError)."""
+    (tmp_path / "elsewhere").mkdir()
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import os\n"
+        + TALKATIVE_MODEL.replace("print('loading the model file')", "os.chdir('elsewhere')")
+    )
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "model.py", "-o", "p.msgpack", "--save-stats", "s.json", "--quiet",
+            "--profiling-iters", "1", "--warmup-iters", "0"]  # fmt: skip
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    assert out.strip().splitlines()[-1] == "wrote p.msgpack"  # as given
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "model.py", "p.msgpack",
+                                                          "s.json"]  # fmt: skip
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    load(tmp_path / "p.msgpack")

@@ -2,7 +2,7 @@
 
 Owns: the order of installation (device blocks once; per transfer a host buffer filled from the
 model or the checkpoint, then the originals released; resident weights moved once; traps
-patched onto module forwards; the weight guard (`weight_guard`); the cyclic prologue issued)
+patched onto module forwards; the weight and manual-trap guards; the cyclic prologue issued)
 and an undo stack, so a failure at any
 step, or `remove()`, restores parameters, forwards and devices.
 Must not know: profile files, the trap state machine's internals, report formatting.
@@ -22,6 +22,7 @@ from flextensor_runtime.bind import Binding, TensorRef
 from flextensor_runtime.errors import InstallError, ModelFileError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.lazy_load import Checkpoint
+from flextensor_runtime.manual_guard import guard_manual_traps
 from flextensor_runtime.profile import Profile, TensorEntry
 from flextensor_runtime.schedule import Tables, build_tables
 from flextensor_runtime.transfer_modes import StreamedTensor, check_mode, make_mode
@@ -261,6 +262,8 @@ def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
         _patch(dep, runtime)
         refs = list(dep.binding.refs.values())
         dep.undo.append(guard_weights(dep.model, lambda: [r.tensor for r in refs]))
+        trapped = {id(m) for m in dep.binding.modules.values()}
+        dep.undo.append(guard_manual_traps(dep.model, profile, tables, runtime, trapped))
         dep.runtime, dep.tables = runtime, tables
         runtime.prologue()
         free = hooks.free_fn

@@ -24,6 +24,8 @@ from flextensor_runtime.errors import (
 from flextensor_runtime.profile import Profile, fingerprint, load, save
 from profiles.tiny_transformer import TinyTransformer, build_model, example_inputs
 from tests.runtime.conftest import assert_same, snapshot
+from tests.runtime.plans import build_profile
+from tests.runtime.test_manual_replan import _drive, _Stages
 
 ROOT = Path(__file__).parents[2]
 PROFILE = ROOT / "profiles" / "tiny_transformer.f60.msgpack"
@@ -198,3 +200,23 @@ def test_a_dtype_change_on_an_installed_model_is_refused(convert) -> None:
     assert _same_output(model, output)
     handle(model).remove()
     assert_same(model, before)
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+def test_a_manual_trap_left_out_is_an_error_not_wrong_output(mode) -> None:
+    """Code that forgets `with offload_block(name)` used to read whatever the memory block held
+    (silently wrong outputs in every transfer mode)."""
+    torch.manual_seed(0)
+    model, x = _Stages().eval(), torch.randn(5, 24)
+    plain = _drive(model, x, manual=False)
+    stages = {"stage_a": ["l0", "l1"], "stage_b": ["l2"], "stage_c": ["l3"]}
+    profile = build_profile(model, list(stages), manual=stages, num_blocks=3, prefetch=1, mode=mode)
+    before = snapshot(model)
+    offload_from_profile(model, profile, backend=CpuBackend())
+    with pytest.raises(ConfigError, match=r"'l0' ran outside offload_block\('stage_a'\).*wrap"):
+        _drive(model, x, manual=False)
+    for _ in range(2):  # the refused call left the schedule intact
+        assert torch.equal(_drive(model, x, manual=True), plain)
+    handle(model).remove()
+    assert_same(model, before)
+    assert torch.equal(_drive(model, x, manual=False), plain)  # plain again once removed

@@ -95,7 +95,12 @@ class OffloadHandle:
                             b.peak_held_bytes)  # fmt: skip
 
     def remove(self) -> None:
-        """Restore parameters, forwards and devices exactly as before install."""
+        """Restore parameters, forwards and devices exactly as before install (as normal
+        tensors, also when called inside `torch.inference_mode()`)."""
+        with torch.inference_mode(False):
+            self._remove()
+
+    def _remove(self) -> None:
         dep = self.deployment
         if dep.runtime is None:
             return

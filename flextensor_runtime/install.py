@@ -50,9 +50,11 @@ class Deployment:
     leave_in_place: frozenset[str] = frozenset()
 
     def uninstall(self) -> None:
-        """Run the undo stack (last step first)."""
-        while self.undo:
-            self.undo.pop()()
+        """Run the undo stack (last step first). Outside inference mode even when called inside
+        it: the restored weights must stay normal tensors (trainable after `remove()`)."""
+        with torch.inference_mode(False):
+            while self.undo:
+                self.undo.pop()()
 
 
 def _groups(profile: Profile, binding: Binding) -> dict[str, list[TensorRef]]:
@@ -237,7 +239,13 @@ def _trap_forward(runtime: Runtime, i: int, original: Callable) -> Callable:
 
 
 def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
-    """Install `dep.profile` on `dep.model`; on any failure undo every step and re-raise."""
+    """Install `dep.profile` on `dep.model`; on any failure undo every step and re-raise.
+    Buffers and weights are made outside inference mode, even when called inside it."""
+    with torch.inference_mode(False):
+        _install(dep, checkpoint)
+
+
+def _install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
     mode = dep.profile.config.transfer_mode
     check_mode(mode)
     profile = dep.profile

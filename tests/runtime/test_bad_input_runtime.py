@@ -220,3 +220,23 @@ def test_a_manual_trap_left_out_is_an_error_not_wrong_output(mode) -> None:
     handle(model).remove()
     assert_same(model, before)
     assert torch.equal(_drive(model, x, manual=False), plain)  # plain again once removed
+
+
+@pytest.mark.parametrize("remove_inside", [True, False])
+def test_install_and_remove_under_inference_mode_leave_normal_tensors(remove_inside) -> None:
+    """Installing or removing inside `torch.inference_mode()` used to turn the streamed weights
+    into inference tensors for good: after remove() the model could no longer be trained."""
+    model = build_model()
+    before, output = snapshot(model), _output(model)
+    with torch.inference_mode():
+        offload_from_profile(model, PROFILE, backend=CpuBackend())
+        assert torch.equal(model(*example_inputs()), output)
+        if remove_inside:
+            handle(model).remove()
+    if not remove_inside:
+        handle(model).remove()
+    assert_same(model, before)
+    assert not any(t.is_inference() for t in [*model.parameters(), *model.buffers()])
+    model.train()
+    model(*example_inputs()).sum().backward()  # trainable again, as before install
+    assert model.blocks[0].up.weight.grad is not None

@@ -238,6 +238,13 @@ def _trap_forward(runtime: Runtime, i: int, original: Callable) -> Callable:
     return forward
 
 
+def _host_copies(profile: Profile, streamed: list[list[StreamedTensor]]) -> dict[str, torch.Tensor]:
+    """Parameter / buffer name -> the host view holding its true value (tied names too)."""
+    by_canon = {s.entry.name: s.host for group in streamed for s in group}
+    return {e.name: by_canon[e.tie or e.name] for e in profile.all_tensors()
+            if e.kind != "inner" and (e.tie or e.name) in by_canon}  # fmt: skip
+
+
 def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
     """Install `dep.profile` on `dep.model`; on any failure undo every step and re-raise.
     Buffers and weights are made outside inference mode, even when called inside it."""
@@ -269,7 +276,8 @@ def _install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
             runtime.grad_tensors[i] = tuple(params.values())
         _patch(dep, runtime)
         refs = list(dep.binding.refs.values())
-        dep.undo.append(guard_weights(dep.model, lambda: [r.tensor for r in refs]))
+        hosts = _host_copies(profile, streamed)
+        dep.undo.append(guard_weights(dep.model, lambda: [r.tensor for r in refs], hosts))
         trapped = {id(m) for m in dep.binding.modules.values()}
         dep.undo.append(guard_manual_traps(dep.model, profile, tables, runtime, trapped))
         dep.runtime, dep.tables = runtime, tables

@@ -1,11 +1,12 @@
-"""Refusing changes to a deployed model's weights that the deployment would silently lose.
+"""Keeping a deployed model's weights honest: their true values out, no silent changes in.
 
-Owns: per-module hooks that make `load_state_dict` and dtype/device conversions (`.half()`,
-`.double()`, `.to(...)`: `nn.Module._apply`) on a model with a profile installed raise one
-`ConfigError` line before anything changes. A conversion that changes no profile tensor (`.to()`
-the device and dtype they already have) still runs. Streamed weights are views into memory
-blocks that are refilled from host copies taken at install, so a new value or dtype would be
-overwritten at the next copy and undone by `remove()`.
+Owns: per-module hooks on a model with a profile installed. `state_dict()` reports each
+streamed weight's host copy (its true value) instead of the memory block it is a view into
+(which holds whichever transfer ran last). `load_state_dict` and dtype/device conversions
+(`.half()`, `.double()`, `.to(...)`: `nn.Module._apply`) raise one `ConfigError` line before
+anything changes: blocks are refilled from the host copies taken at install, so a new value or
+dtype would be overwritten at the next copy and undone by `remove()`. A conversion that changes
+no profile tensor (`.to()` the device and dtype they already have) still runs.
 Must not know: schedules, backends, profile files.
 """
 
@@ -39,10 +40,22 @@ def _changes_a_bound_tensor(module: nn.Module, fn: Callable[[Any], Any], bound: 
     return any(id(t) in bound and fn(t) is not t for t in tensors)
 
 
+def _true_values(owned: dict[str, torch.Tensor]) -> Callable[..., None]:
+    def hook(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
+        for local, host in owned.items():
+            if prefix + local in state:
+                state[prefix + local] = host.detach()
+
+    return hook
+
+
 def guard_weights(
-    model: nn.Module, tensors: Callable[[], Iterable[torch.Tensor]]
+    model: nn.Module,
+    tensors: Callable[[], Iterable[torch.Tensor]],
+    host_copies: dict[str, torch.Tensor],
 ) -> Callable[[], None]:
-    """Hook every module of `model`; `tensors()` gives the profile's tensors as they are now.
+    """Hook every module of `model`; `tensors()` gives the profile's tensors as they are now,
+    `host_copies` the true value of each streamed tensor by name (tied names included).
     Returns the undo (removes every hook)."""
 
     def refuse_load(module: nn.Module, *args: Any) -> None:
@@ -63,7 +76,14 @@ def guard_weights(
 
         return _apply
 
+    owned: dict[str, dict[str, torch.Tensor]] = {}
+    for name, host in host_copies.items():
+        path, _, local = name.rpartition(".")
+        owned.setdefault(path, {})[local] = host
     hooks, patched = [], []
+    for path, module in model.named_modules(remove_duplicate=False):
+        if path in owned:
+            hooks.append(module.register_state_dict_post_hook(_true_values(owned[path])))
     for module in model.modules():
         hooks.append(module.register_load_state_dict_pre_hook(refuse_load))
         if "_apply" not in module.__dict__:

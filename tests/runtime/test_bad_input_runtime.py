@@ -240,3 +240,24 @@ def test_install_and_remove_under_inference_mode_leave_normal_tensors(remove_ins
     model.train()
     model(*example_inputs()).sum().backward()  # trainable again, as before install
     assert model.blocks[0].up.weight.grad is not None
+
+
+def test_state_dict_of_a_deployed_model_has_the_true_weights(tmp_path) -> None:
+    """Streamed weights are views into memory blocks; state_dict() used to return whatever a
+    block held, so `torch.save(model.state_dict())` of a deployed model saved wrong weights."""
+    model = build_model()
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    offload_from_profile(model, PROFILE, backend=CpuBackend())
+    for when in ("after install", "after a forward"):
+        state = model.state_dict()
+        assert state.keys() == expected.keys()
+        wrong = [k for k, v in expected.items() if not torch.equal(state[k], v)]
+        assert wrong == [], f"{when}: {wrong[:3]}"
+        _output(model)
+    block = model.blocks[4].state_dict()  # a submodule's state_dict too
+    assert all(torch.equal(v, expected[f"blocks.4.{k}"]) for k, v in block.items())
+    torch.save(model.state_dict(), tmp_path / "w.pt")
+    saved = torch.load(tmp_path / "w.pt")
+    assert all(torch.equal(saved[k], v) for k, v in expected.items())
+    handle(model).remove()
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in expected.items())

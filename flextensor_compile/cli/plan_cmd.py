@@ -35,7 +35,7 @@ def plan(
     from flextensor_compile.cli.inputs import read_stats
     from flextensor_compile.cli.limits import MAX_BLOCKS, check_at_most
     from flextensor_compile.cli.paths import check_distinct, check_output_file
-    from flextensor_compile.cli.render import out_console, print_json
+    from flextensor_compile.cli.render import out_console, print_json, safe
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_compile.planning import plan_profile
@@ -64,7 +64,7 @@ def plan(
     p = profile.predicted
     limit = profile.config.budget_bytes
     out_console().print(
-        f"wrote {out}: resident {format_bytes(p.resident_bytes)}, streamed "
+        f"wrote {safe(out)}: resident {format_bytes(p.resident_bytes)}, streamed "
         f"{format_bytes(p.streamed_bytes)} in {len(profile.schedule)} copies, "
         f"{len(profile.blocks)} blocks; peak {format_bytes(p.peak_bytes)}"
         + ("" if limit is None else f" of {format_bytes(limit)}")

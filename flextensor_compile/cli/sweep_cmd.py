@@ -67,7 +67,7 @@ def sweep(
 
     from flextensor_compile.cli.limits import check_fractions
     from flextensor_compile.cli.paths import atomic_output, check_distinct, check_image_file
-    from flextensor_compile.cli.render import out_console, print_json, sweep_table
+    from flextensor_compile.cli.render import out_console, print_json, safe, sweep_table
     from flextensor_compile.sweep import parse_fractions, plot_sweep
     from flextensor_compile.sweep import sweep as run_sweep
 
@@ -92,7 +92,7 @@ def sweep(
     console = out_console()
     console.print(sweep_table(points))
     if plot is not None:
-        console.print(f"plot written to {plot}")
+        console.print(f"plot written to {safe(plot)}")
 
 
 def register(app: typer.Typer) -> None:

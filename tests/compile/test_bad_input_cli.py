@@ -363,3 +363,25 @@ def test_a_model_file_that_changes_folder_still_writes_where_asked(tmp_path, cap
                                                           "s.json"]  # fmt: skip
     assert list((tmp_path / "elsewhere").iterdir()) == []
     load(tmp_path / "p.msgpack")
+
+
+def test_text_from_a_profile_is_shown_literally(tmp_path, capsys) -> None:
+    """Names and the recorded command were read as rich markup: '[/bold]' was an internal
+    MarkupError, and control characters (a terminal escape) reached the terminal."""
+    profile = load(PROFILE)
+    odd = replace(
+        profile,
+        meta=replace(profile.meta, command="ftc [/bold] [red]x\x1b[2J"),
+        device=replace(profile.device, name="[/]gpu"),
+        traps=tuple(replace(t, name=f"{t.name}[/x]") if t.kind == "gap" else t
+                    for t in profile.traps),
+    )  # fmt: skip
+    path = save(odd, tmp_path / "odd.msgpack")
+    for extra in ([], ["--explain"]):
+        code, out, err = _run(capsys, ["inspect", str(path), *extra])
+        assert code == 0, err
+        assert "ftc [/bold] [red]x" in out and "[/]gpu" in out and "[/x]" in out
+        assert "\x1b" not in out
+    out_png = tmp_path / "[red]t[dim].png"
+    code, out, err = _run(capsys, ["inspect", str(path), "--timeline", str(out_png)])
+    assert code == 0 and f"timeline written to {out_png}" in out, err

@@ -384,4 +384,4 @@ def test_text_from_a_profile_is_shown_literally(tmp_path, capsys) -> None:
         assert "\x1b" not in out
     out_png = tmp_path / "[red]t[dim].png"
     code, out, err = _run(capsys, ["inspect", str(path), "--timeline", str(out_png)])
-    assert code == 0 and f"timeline written to {out_png}" in out, err
+    assert code == 0 and f"timeline written to {out_png}" in out.replace("\n", ""), err

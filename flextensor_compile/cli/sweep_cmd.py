@@ -42,6 +42,29 @@ def _load(path: Path) -> tuple[Stats, PlanConfig]:
     return stats_from_profile(profile), profile.config
 
 
+def _checked_fractions(fractions: str, plot: Path | None, source: Path) -> tuple[float, ...]:
+    """The budgets, after the plot path and the fractions are checked (nothing read yet)."""
+    from flextensor_compile.cli.limits import check_fractions
+    from flextensor_compile.cli.paths import check_distinct, check_image_file
+    from flextensor_compile.sweep import parse_fractions
+
+    check_image_file(plot, "--plot")
+    check_distinct([("--plot", plot)], [("the input", source)])
+    budgets = parse_fractions(fractions)
+    check_fractions(fractions, budgets)
+    return budgets
+
+
+def _override(config: PlanConfig, strategy: str | None, assignment: str | None) -> PlanConfig:
+    from dataclasses import replace
+
+    if strategy is not None:
+        config = replace(config, strategy=strategy)
+    if assignment is not None:
+        config = replace(config, assignment=assignment)
+    return config
+
+
 def sweep(
     source: Path = typer.Argument(..., help="A stats file (JSON) or a profile (.msgpack)."),
     fractions: str = typer.Option(
@@ -63,23 +86,14 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
-    from dataclasses import replace
-
-    from flextensor_compile.cli.limits import check_fractions
-    from flextensor_compile.cli.paths import atomic_output, check_distinct, check_image_file
+    from flextensor_compile.cli.paths import atomic_output
     from flextensor_compile.cli.render import out_console, print_json, safe, sweep_table
-    from flextensor_compile.sweep import parse_fractions, plot_sweep
+    from flextensor_compile.sweep import plot_sweep
     from flextensor_compile.sweep import sweep as run_sweep
 
-    check_image_file(plot, "--plot")
-    check_distinct([("--plot", plot)], [("the input", source)])
-    budgets = parse_fractions(fractions)
-    check_fractions(fractions, budgets)
+    budgets = _checked_fractions(fractions, plot, source)
     stats, config = _load(source)
-    if strategy is not None:
-        config = replace(config, strategy=strategy)
-    if assignment is not None:
-        config = replace(config, assignment=assignment)
+    config = _override(config, strategy, assignment)
     with PhaseBars(quiet=False) as bars:  # on stderr, and only on a terminal
         bars.start("sweep", len(budgets))
         points = run_sweep(stats, config, budgets, lambda: bars.advance("sweep"))

@@ -23,6 +23,7 @@ from flextensor_compile.measure import DeviceChoice, choose_device, measure_comp
 from flextensor_compile.measure.targets import get_target
 from flextensor_compile.model_file import Inputs, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, stats_from_json, stats_to_json
+from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
 from flextensor_runtime.profile import Profile
 
@@ -104,6 +105,25 @@ def _notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _check_arguments(api: str, model: Any, config: Any, run: Any) -> None:
+    """The arguments' types, before anything runs (one-line `ConfigError`s)."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"{api} needs a torch.nn.Module, got {type(model).__name__}; pass the built model "
+            "(for a model file use `ftc profile model.py`)"
+        )
+    if config is not None and not isinstance(config, OffloadConfig):
+        raise ConfigError(
+            f"{api} config={config!r:.40} is not an OffloadConfig; pass "
+            "OffloadConfig(max_gpu_mem_fraction=0.6, ...) or leave it out"
+        )
+    if run is not None and not callable(run):
+        raise ConfigError(
+            f"{api} run={run!r:.40} is not callable; pass a function run(model, inputs) or "
+            "leave it out"
+        )
+
+
 def collect_stats(
     model: nn.Module,
     example_inputs: Any,
@@ -115,6 +135,7 @@ def collect_stats(
     progress: ProgressSink | None = None,
 ) -> Compilation:
     """Discover (one forward) and measure (warm-up + profiling forwards, or the roofline)."""
+    _check_arguments("collect_stats", model, config, run)
     config = config or OffloadConfig()
     inputs = _inputs(example_inputs)
     started = time.perf_counter()
@@ -173,6 +194,7 @@ def compile_profile(
     """
     from flextensor_compile.profile_sections import add_sections, section_options
 
+    _check_arguments("compile_profile", model, config, run)
     config = config or OffloadConfig()
     sections = section_options(config)  # bad specs fail before any forward
     stats = collect_stats(model, example_inputs, config, run).stats

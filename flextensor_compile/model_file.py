@@ -65,6 +65,10 @@ def _exec_file(path: Path) -> Any:
         raise ModelFileError(
             f"{path}: is a folder, not a model file; pass the .py file that defines build_model()"
         )
+    if path.exists() and not path.is_file():
+        raise ModelFileError(
+            f"{path}: is not a regular file (a device or a pipe); pass the .py model file"
+        )
     if not path.is_file():
         raise ModelFileError(
             f"{path}: no such model file; pass a .py file or package.module:function"
@@ -75,21 +79,22 @@ def _exec_file(path: Path) -> Any:
         raise ModelFileError(f"{path}: cannot be loaded as Python; pass a .py model file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    sys.path.insert(0, str(path.parent.resolve()))
+    folder = str(path.parent.resolve())  # now: the file may change the working folder
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         sys.modules.pop(name, None)
-        raise ModelFileError(
-            f"{path}: syntax error at line {exc.lineno}: {exc.msg}; fix the model file"
-        ) from None
+        at = f" at line {exc.lineno}" if exc.lineno else ""  # null bytes have no line
+        raise ModelFileError(f"{path}: syntax error{at}: {exc.msg}; fix the model file") from None
     except (Exception, SystemExit) as exc:
         sys.modules.pop(name, None)
         raise ModelFileError(
             f"{path}: running the file raised {_cause(exc, str(path.resolve()))}; fix the model file"
         ) from None
     finally:
-        sys.path.remove(str(path.parent.resolve()))
+        if folder in sys.path:
+            sys.path.remove(folder)
     return module
 
 

@@ -94,15 +94,19 @@ def _check_fingerprint(profile: Profile, actual: list[TensorEntry], strict: bool
         if a.name in exp_ties and exp_ties[a.name] != a.tie
     ]
     problems = []
-    if diff.missing or diff.reshaped or diff.retyped or (strict and diff.extra):
+    if diff.missing or diff.reshaped or diff.retyped or diff.relaid or (strict and diff.extra):
         problems.append(diff.summary() if strict else _without_extra(diff))
     if retied:
         more = f" (+{len(retied) - 3} more)" if len(retied) > 3 else ""
         problems.append(f"{len(retied)} tied differently: {', '.join(retied[:3])}{more}")
     if problems:
+        # A streamed tensor becomes a view with the profile's strides: another layout would be
+        # restored transposed by remove(), so it is refused like another shape.
+        layout = (" (or store those tensors as compiled, e.g. `p.data = p.data.contiguous()`)"
+                  if diff.relaid else "")  # fmt: skip
         raise ProfileMismatchError(
             f"the profile was compiled for a different model: {'; '.join(problems)}; "
-            "recompile it for this model with `ftc profile`"
+            f"recompile it for this model with `ftc profile`{layout}"
         )
 
 

@@ -36,6 +36,12 @@ _HANDLE_ATTR = "_ft_handle"
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate an offload profile (no model needed); errors are one-line `ProfileError`s."""
+    if os.path.exists(path) and not os.path.isdir(path) and not os.path.isfile(path):
+        # /dev/zero would be read until memory runs out, a named pipe would block for ever
+        raise ProfileFormatError(
+            f"{path}: is not a regular file (a device or a pipe); pass the .msgpack file "
+            "`ftc profile` wrote"
+        )
     if _looks_like_json(path):
         raise ProfileFormatError(
             f"{path}: is a JSON text file (a stats file?), not a profile; pass the .msgpack "
@@ -89,7 +95,12 @@ class OffloadHandle:
                             b.peak_held_bytes)  # fmt: skip
 
     def remove(self) -> None:
-        """Restore parameters, forwards and devices exactly as before install."""
+        """Restore parameters, forwards and devices exactly as before install (as normal
+        tensors, also when called inside `torch.inference_mode()`)."""
+        with torch.inference_mode(False):
+            self._remove()
+
+    def _remove(self) -> None:
         dep = self.deployment
         if dep.runtime is None:
             return
@@ -185,6 +196,11 @@ def _checked_arguments(model: Any, path: Any) -> Profile:
         raise ConfigError(
             f"offload_from_profile needs a profile path or a Profile, got {type(path).__name__}; "
             "pass the .msgpack file `ftc profile` wrote"
+        )
+    if not isinstance(path, Profile) and not os.fspath(path):
+        raise ConfigError(
+            "offload_from_profile got an empty profile path; pass the .msgpack file `ftc profile` "
+            "wrote"
         )
     profile = path if isinstance(path, Profile) else load_profile(path)
     if isinstance(path, Profile):

@@ -2,7 +2,8 @@
 
 Owns: the order of installation (device blocks once; per transfer a host buffer filled from the
 model or the checkpoint, then the originals released; resident weights moved once; traps
-patched onto module forwards; the cyclic prologue issued) and an undo stack, so a failure at any
+patched onto module forwards; the weight and manual-trap guards; the cyclic prologue issued)
+and an undo stack, so a failure at any
 step, or `remove()`, restores parameters, forwards and devices.
 Must not know: profile files, the trap state machine's internals, report formatting.
 """
@@ -21,11 +22,13 @@ from flextensor_runtime.bind import Binding, TensorRef
 from flextensor_runtime.errors import InstallError, ModelFileError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.lazy_load import Checkpoint
+from flextensor_runtime.manual_guard import guard_manual_traps
 from flextensor_runtime.profile import Profile, TensorEntry
 from flextensor_runtime.schedule import Tables, build_tables
 from flextensor_runtime.transfer_modes import StreamedTensor, check_mode, make_mode
 from flextensor_runtime.traps import Runtime
 from flextensor_runtime.views import placeholder, torch_dtype, typed_view
+from flextensor_runtime.weight_guard import guard_weights
 
 __all__ = ["Deployment", "install"]
 
@@ -47,9 +50,11 @@ class Deployment:
     leave_in_place: frozenset[str] = frozenset()
 
     def uninstall(self) -> None:
-        """Run the undo stack (last step first)."""
-        while self.undo:
-            self.undo.pop()()
+        """Run the undo stack (last step first). Outside inference mode even when called inside
+        it: the restored weights must stay normal tensors (trainable after `remove()`)."""
+        with torch.inference_mode(False):
+            while self.undo:
+                self.undo.pop()()
 
 
 def _groups(profile: Profile, binding: Binding) -> dict[str, list[TensorRef]]:
@@ -233,8 +238,21 @@ def _trap_forward(runtime: Runtime, i: int, original: Callable) -> Callable:
     return forward
 
 
+def _host_copies(profile: Profile, streamed: list[list[StreamedTensor]]) -> dict[str, torch.Tensor]:
+    """Parameter / buffer name -> the host view holding its true value (tied names too)."""
+    by_canon = {s.entry.name: s.host for group in streamed for s in group}
+    return {e.name: by_canon[e.tie or e.name] for e in profile.all_tensors()
+            if e.kind != "inner" and (e.tie or e.name) in by_canon}  # fmt: skip
+
+
 def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
-    """Install `dep.profile` on `dep.model`; on any failure undo every step and re-raise."""
+    """Install `dep.profile` on `dep.model`; on any failure undo every step and re-raise.
+    Buffers and weights are made outside inference mode, even when called inside it."""
+    with torch.inference_mode(False):
+        _install(dep, checkpoint)
+
+
+def _install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
     mode = dep.profile.config.transfer_mode
     check_mode(mode)
     profile = dep.profile
@@ -257,6 +275,11 @@ def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
                       for r in [dep.binding.refs[e.name]] if isinstance(r.tensor, nn.Parameter)}  # fmt: skip
             runtime.grad_tensors[i] = tuple(params.values())
         _patch(dep, runtime)
+        refs = list(dep.binding.refs.values())
+        hosts = _host_copies(profile, streamed)
+        dep.undo.append(guard_weights(dep.model, lambda: [r.tensor for r in refs], hosts))
+        trapped = {id(m) for m in dep.binding.modules.values()}
+        dep.undo.append(guard_manual_traps(dep.model, profile, tables, runtime, trapped))
         dep.runtime, dep.tables = runtime, tables
         runtime.prologue()
         free = hooks.free_fn

@@ -80,7 +80,9 @@ class Checkpoint:
             )
         p = Path(path)
         if not p.is_file():
-            what = "is a folder, not a file" if p.is_dir() else "does not exist"
+            what = ("is a folder, not a file" if p.is_dir() else
+                    "is not a regular file (a device or a pipe)" if p.exists() else
+                    "does not exist")  # fmt: skip
             raise ModelFileError(f"checkpoint {p} {what}; pass a .safetensors file or its index")
         self.path = p
         self.tensors: dict[str, StoredTensor] = {}

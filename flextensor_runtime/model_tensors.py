@@ -87,10 +87,12 @@ class TensorDiff:
     extra: tuple[str, ...]  # in the model, not in the profile
     reshaped: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]  # name, profile, model
     retyped: tuple[tuple[str, str, str], ...]  # name, profile dtype, model dtype
+    # name, profile stride, model stride: same shape, other memory layout (e.g. transposed)
+    relaid: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.missing or self.extra or self.reshaped or self.retyped)
+        return not (self.missing or self.extra or self.reshaped or self.retyped or self.relaid)
 
     def summary(self, first: int = 3) -> str:
         """One line: counts and the first few names of each kind of difference."""
@@ -100,6 +102,10 @@ class TensorDiff:
             ("extra", [e for e in self.extra]),
             ("reshaped", [f"{n} {list(a)}->{list(b)}" for n, a, b in self.reshaped]),
             ("re-typed", [f"{n} {a}->{b}" for n, a, b in self.retyped]),
+            (
+                "laid out differently",
+                [f"{n} stride {list(a)}->{list(b)}" for n, a, b in self.relaid],
+            ),
         ):
             if items:
                 more = f" (+{len(items) - first} more)" if len(items) > first else ""
@@ -121,4 +127,17 @@ def diff_tensors(expected: Iterable[TensorEntry], actual: Iterable[TensorEntry])
         retyped=tuple(
             (n, exp[n].dtype, act[n].dtype) for n in common if exp[n].dtype != act[n].dtype
         ),
+        relaid=tuple(
+            (n, exp[n].stride, act[n].stride)
+            for n in common
+            if exp[n].shape == act[n].shape and not _same_layout(exp[n], act[n])
+        ),
     )
+
+
+def _same_layout(a: TensorEntry, b: TensorEntry) -> bool:
+    """Equal strides on every dimension that has more than one element (a size-1 dimension's
+    stride never addresses anything)."""
+    if len(a.stride) != len(b.stride):
+        return False
+    return all(x == y for size, x, y in zip(a.shape, a.stride, b.stride, strict=True) if size > 1)

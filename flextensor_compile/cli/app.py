@@ -7,6 +7,7 @@ Owns: the command tree and the entry point. Commands live in `<name>_cmd.py` mod
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -61,9 +62,16 @@ def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
     return [a for a in argv if a != "--debug"], "--debug" in argv
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (`timeout`, a job scheduler) ends a run like Ctrl-C
+
+
 def main() -> None:
-    """Console entry point: run the app and map errors to one line and an exit code."""
+    """Console entry point: run the app and map errors to one line and an exit code.
+
+    SIGTERM is handled like Ctrl-C, so temp files are removed and the message is one line."""
     args, debug = _split_debug(sys.argv[1:])
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(run_guarded(lambda: app(args, prog_name="ftc"), debug))
 
 

@@ -7,12 +7,16 @@ stderr and exit code 1; with it, the traceback follows. Must not know: what the 
 from __future__ import annotations
 
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from flextensor_runtime import errors as e
 
-__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "label_for", "run_guarded"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "Interrupted", "label_for", "run_guarded",
+           "usage_line"]  # fmt: skip
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -31,6 +35,39 @@ _LABELS: tuple[tuple[type[BaseException], str], ...] = (
     (OSError, "file error"),
     (MemoryError, "out of memory"),
 )
+
+
+class Interrupted(Exception):
+    """Ctrl-C inside a command; `where` names the user's file and line it stopped in, if any."""
+
+    def __init__(self, where: str = "") -> None:
+        super().__init__(where)
+        self.where = where
+
+    @classmethod
+    def from_traceback(cls, exc: BaseException) -> Interrupted:
+        """The deepest frame outside Python, its packages and flextensor: the model file's."""
+        library = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+        library |= {str(Path(__file__).parents[2] / p) for p in ("flextensor_compile",
+                                                                  "flextensor_runtime")}  # fmt: skip
+        for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+            name = frame.filename
+            if name.startswith("<") or any(name.startswith(d) for d in library if d):
+                continue
+            return cls(f"{name} line {frame.lineno}")
+        return cls()
+
+    def line(self) -> str:
+        at = f" at {self.where}" if self.where else ""
+        return (f"ftc: interrupted{at}; no partial file was left (outputs are replaced whole "
+                "or not at all), rerun the command")  # fmt: skip
+
+
+def usage_line(exc: Any) -> str:
+    """A click usage error as one line that says which `--help` to read."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "ftc"
+    return f"ftc: usage: {_one_line(exc.format_message()).rstrip('.')}; see `{where} --help`"
 
 
 def label_for(exc: BaseException) -> str | None:
@@ -52,7 +89,12 @@ def run_guarded(fn: Callable[[], object], debug: bool) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:
-        print("ftc: interrupted", file=sys.stderr)
+        print(Interrupted().line(), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Interrupted as exc:
+        if debug:
+            traceback.print_exc()
+        print(exc.line(), file=sys.stderr)
         return EXIT_INTERRUPTED
     except BaseException as exc:
         if debug:

@@ -32,19 +32,24 @@ def inspect(
     ),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
-    from flextensor_compile.cli.paths import check_output_file
-    from flextensor_compile.cli.render import out_console, print_json, render_inspect
+    from flextensor_compile.cli.inputs import check_regular_file
+    from flextensor_compile.cli.paths import atomic_output, check_distinct, check_image_file
+    from flextensor_compile.cli.render import out_console, print_json, render_inspect, safe
     from flextensor_compile.inspect_doc import inspect_document
+    from flextensor_runtime.errors import ProfileFormatError
     from flextensor_runtime.profile import load
 
-    check_output_file(timeline, "--timeline", "timeline.png")
+    check_image_file(timeline, "--timeline")
+    check_distinct([("--timeline", timeline)], [("the input profile", profile)])
+    check_regular_file(profile, ProfileFormatError, "pass the .msgpack file `ftc profile` wrote")
     _reject_json(profile)
     loaded = load(profile)
     doc = inspect_document(loaded)
     if timeline is not None:
         from flextensor_compile.timeline import plot_timeline
 
-        plot_timeline(loaded, timeline)
+        with atomic_output(timeline) as tmp:
+            plot_timeline(loaded, tmp)
     if explain:
         from flextensor_compile.explain import explain_profile, explanation_json
 
@@ -58,12 +63,13 @@ def inspect(
     if explain:
         _render_explain(doc["explain"], console)
     if timeline is not None:
-        console.print(f"timeline written to {timeline}")
+        console.print(f"timeline written to {safe(timeline)}")
 
 
 def _render_explain(expl: dict, console: Any) -> None:
     from rich.table import Table
 
+    from flextensor_compile.cli.render import safe
     from flextensor_compile.units import format_bytes
 
     left = expl["budget_left_bytes"]
@@ -78,15 +84,15 @@ def _render_explain(expl: dict, console: Any) -> None:
     for col in ("tensor", "placement", "size", "window ms", "copy ms", "reason"):
         why.add_column(col, justify="right" if col in ("size", "window ms", "copy ms") else "left")
     for t in expl["tensors"]:
-        why.add_row(t["name"], t["placement"], format_bytes(t["bytes"]), f"{t['window_ms']:.3f}",
-                    f"{t['copy_ms']:.3f}", t["reason"])  # fmt: skip
+        why.add_row(safe(t["name"]), safe(t["placement"]), format_bytes(t["bytes"]),
+                    f"{t['window_ms']:.3f}", f"{t['copy_ms']:.3f}", safe(t["reason"]))  # fmt: skip
     console.print(why)
     blocks = Table(title="block assignment (transfers in trap order: issued at -> released after)",
                    title_justify="left", header_style="bold")  # fmt: skip
     for col in ("block", "size", "transfers"):
         blocks.add_column(col, justify="right" if col != "transfers" else "left")
     for b in expl["blocks"]:
-        users = ", ".join(f"{u['trap']} {u['name']} ({format_bytes(u['bytes'])}"
+        users = ", ".join(f"{safe(u['trap'])} {safe(u['name'])} ({format_bytes(u['bytes'])}"
                           f"{' @' + format_bytes(u['offset']) if u['offset'] else ''}, "
                           f"{u['issue_at']}->{u['release_after']})" for u in b["transfers"])  # fmt: skip
         blocks.add_row(str(b["block"]), format_bytes(b["bytes"]), users)

@@ -1,21 +1,42 @@
-"""Checks on the paths `ftc` commands write, made before any work so a bad path costs nothing.
+"""Checks on the paths `ftc` commands write, made before any work so a bad path costs nothing,
+and the temp-then-rename write every output goes through.
 
 Owns: one-line errors for an output file whose folder is missing or not writable, an output
-file that names a folder, and an output folder that names a file. Must not know: what is written.
+file that names a folder, an output folder that names a file, an output that names an input (or
+another output) of the same command, and an image whose format matplotlib cannot write; and
+`atomic_output`, which makes a file appear whole or not at all (an error or Ctrl-C leaves the old
+file, or none, and no temp file). Must not know: what is written.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["check_output_dir", "check_output_file"]
+__all__ = [
+    "atomic_output",
+    "check_distinct",
+    "check_image_file",
+    "check_output_dir",
+    "check_output_file",
+]
+
+# What `Figure.savefig` writes without extra packages (its format comes from the suffix).
+_IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif",
+                   ".tiff", ".webp", ".pgf", ".raw", ".rgba")  # fmt: skip
 
 
 def _check_parent(path: Path, option: str) -> None:
     parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise ConfigError(
+            f"{option} {path}: {str(parent)!r} is a file, not a folder; write somewhere else"
+        )
     if not parent.is_dir():
         raise ConfigError(
             f"{option} {path}: the folder {str(parent)!r} does not exist; create it or write "
@@ -37,6 +58,18 @@ def check_output_file(path: Path | None, option: str, example: str) -> None:
     _check_parent(path, option)
 
 
+def check_image_file(path: Path | None, option: str) -> None:
+    """`path` is a writable file whose suffix names a format matplotlib can draw (none: PNG)."""
+    if path is None:
+        return
+    check_output_file(path, option, "plot.png")
+    if path.suffix and path.suffix.lower() not in _IMAGE_SUFFIXES:
+        raise ConfigError(
+            f"{option} {path}: a {path.suffix!r} image cannot be drawn; name the file .png "
+            f"(or one of {', '.join(_IMAGE_SUFFIXES[1:6])})"
+        )
+
+
 def check_output_dir(path: Path | None, option: str) -> None:
     """`path` is a folder, or can be made as one (its nearest existing ancestor is a folder)."""
     if path is None:
@@ -48,3 +81,45 @@ def check_output_dir(path: Path | None, option: str) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
         raise ConfigError(f"{option} {path}: {str(ancestor)!r} is not a writable folder")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def check_distinct(
+    outputs: list[tuple[str, Path | None]], inputs: list[tuple[str, Path | None]]
+) -> None:
+    """No output overwrites an input or another output. `outputs`: (option, path); `inputs`:
+    (what it is, e.g. "the input" or "the model file", path)."""
+    seen: list[tuple[str, Path]] = []
+    for option, path in outputs:
+        if path is None:
+            continue
+        for what, source in inputs:
+            if source is not None and _same_file(path, source):
+                raise ConfigError(
+                    f"{option} {path}: is {what}; writing it would destroy it, write somewhere else"
+                )
+        for other, earlier in seen:
+            if _same_file(path, earlier):
+                raise ConfigError(
+                    f"{option} {path}: is also the {other} output; give each output its own file"
+                )
+        seen.append((option, path))
+
+
+@contextmanager
+def atomic_output(path: Path) -> Iterator[Path]:
+    """Yield a temp path in `path`'s folder (same suffix, so writers that choose a format by
+    suffix still do); on success it replaces `path`, on any error or interrupt it is removed.
+    The file is created by the writer, so its mode follows the umask like any other file."""
+    tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

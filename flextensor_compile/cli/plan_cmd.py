@@ -32,19 +32,15 @@ def plan(
     ),
 ) -> None:
     """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
-    from flextensor_compile.cli.paths import check_output_file
-    from flextensor_compile.cli.render import out_console, print_json
+    from flextensor_compile.cli.inputs import read_stats
+    from flextensor_compile.cli.render import out_console, print_json, safe
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_compile.planning import plan_profile
-    from flextensor_compile.stats import load_stats
     from flextensor_compile.units import format_bytes, parse_size
-    from flextensor_runtime.errors import ConfigError
     from flextensor_runtime.profile import PlanConfig, save
 
-    if mem_fraction is not None and budget is not None:
-        raise ConfigError("both --mem-fraction and --budget were given; pass only one")
-    check_output_file(out, "-o", "profile.msgpack")
+    _check(stats, out, mem_fraction, budget, num_blocks, min_blocks)
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
@@ -52,7 +48,7 @@ def plan(
     )  # fmt: skip
     # The canonical command (not argv): `ftc profile` records the same text for the same options,
     # so a profile re-planned from its stats is byte-identical.
-    profile = plan_profile(load_stats(stats), config, command=plan_command(config))
+    profile = plan_profile(read_stats(stats), config, command=plan_command(config))
     save(profile, out)
     if as_json:
         print_json(inspect_document(profile))
@@ -60,12 +56,27 @@ def plan(
     p = profile.predicted
     limit = profile.config.budget_bytes
     out_console().print(
-        f"wrote {out}: resident {format_bytes(p.resident_bytes)}, streamed "
+        f"wrote {safe(out)}: resident {format_bytes(p.resident_bytes)}, streamed "
         f"{format_bytes(p.streamed_bytes)} in {len(profile.schedule)} copies, "
         f"{len(profile.blocks)} blocks; peak {format_bytes(p.peak_bytes)}"
         + ("" if limit is None else f" of {format_bytes(limit)}")
         + f"; makespan {p.makespan_ms:.3f} ms (compute {p.compute_ms:.3f}, stall {p.stall_ms:.3f})"
     )
+
+
+def _check(stats: Path, out: Path, mem_fraction: float | None, budget: str | None,
+           num_blocks: int | None, min_blocks: int) -> None:  # fmt: skip
+    """The options and the output path, before the stats file is read."""
+    from flextensor_compile.cli.limits import MAX_BLOCKS, check_at_most
+    from flextensor_compile.cli.paths import check_distinct, check_output_file
+    from flextensor_runtime.errors import ConfigError
+
+    if mem_fraction is not None and budget is not None:
+        raise ConfigError("both --mem-fraction and --budget were given; pass only one")
+    check_at_most({"--num-blocks": num_blocks, "--min-blocks": min_blocks}, MAX_BLOCKS,
+                  "more blocks than the model has tensors")  # fmt: skip
+    check_output_file(out, "-o", "profile.msgpack")
+    check_distinct([("-o", out)], [("the input stats file", stats)])
 
 
 def register(app: typer.Typer) -> None:

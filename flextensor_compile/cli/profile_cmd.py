@@ -9,6 +9,8 @@ Must not know: how discovery, measurement or solving work.
 from __future__ import annotations
 
 import json
+import sys
+from contextlib import nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,21 @@ from flextensor_compile.cli.progress import PhaseBars
 __all__ = ["register"]
 
 
+def _check_limits(opts: dict[str, Any]) -> None:
+    from flextensor_compile.cli import limits as lim
+
+    blocks = {"--num-blocks": opts["num_blocks"], "--min-blocks": opts["min_blocks"]}
+    lim.check_at_most(blocks, lim.MAX_BLOCKS, "more blocks than the model has tensors")
+    iters = {"--profiling-iters": opts["profiling_iters"], "--warmup-iters": opts["warmup_iters"]}
+    lim.check_at_most(iters, lim.MAX_ITERS, "each is a full forward; the median settles in a few")
+    lim.check_at_most({"--seed": opts["seed"]}, lim.MAX_SEED, "the profile stores 64 bits", True)
+
+
 def _config(opts: dict[str, Any]) -> Any:
     from flextensor_compile.config import OffloadConfig
     from flextensor_compile.units import parse_rate, parse_size
+
+    _check_limits(opts)
 
     values: dict[str, Any] = {
         "include_patterns": tuple(opts["include"] or ()),
@@ -61,16 +75,17 @@ ASSIGNMENT_HELP = (
 
 
 def _render(doc: dict[str, Any], notes_to: Any) -> None:
+    from flextensor_compile.cli.render import safe
     from flextensor_compile.units import format_bytes
 
     c, p = doc["profiling_cost"], doc["predicted"]
     dev = doc["device"]
     for line in doc["notes"]:
-        notes_to.print(f"note: {line}", soft_wrap=True)
+        notes_to.print(f"note: {safe(line)}", soft_wrap=True)
     notes_to.print(
         f"profiling cost: {c['forwards']} forwards ({c['discovery_forwards']} discovery, "
         f"{c['warmup_forwards']} warm-up, {c['profiling_forwards']} profiling), "
-        f"{c['seconds']:.2f} s; timing: {doc['timing_source']}",
+        f"{c['seconds']:.2f} s; timing: {safe(doc['timing_source'])}",
         soft_wrap=True,
     )
     print(
@@ -125,11 +140,14 @@ def _run(opts: dict[str, Any]) -> None:
     save_stats, instrument = opts["save_stats"], opts["instrument"]
     quiet, as_json = opts["quiet"], opts["as_json"]
     config = _config(opts)
-    from flextensor_compile.cli.paths import check_output_dir, check_output_file
+    from flextensor_compile.cli.paths import check_distinct, check_output_dir, check_output_file
 
     check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
     check_output_file(save_stats, "--save-stats", "stats.json")
     check_output_dir(instrument, "--instrument")
+    model_path = Path(model) if Path(model).is_file() else None
+    check_distinct([("-o", output), ("--save-stats", save_stats)],
+                   [("the model file", model_path)])  # fmt: skip
     from flextensor_compile import compile_api
     from flextensor_compile.model_file import build_model, load_model_spec, make_inputs
     from flextensor_compile.profile_sections import add_sections, section_options
@@ -137,32 +155,39 @@ def _run(opts: dict[str, Any]) -> None:
     from flextensor_runtime.profile import save
 
     sections = section_options(config)  # bad specs fail before the model is built
-    spec = load_model_spec(model, inputs)
-    config = config.with_patterns(spec.include, spec.exclude)
-    with PhaseBars(quiet or as_json) as bars:
-        built = build_model(spec)
-        example = make_inputs(spec)
-        stem = Path(model).stem if model.endswith(".py") else model
-        c = compile_api.collect_stats(built, example, config, spec.run, name=stem,
-                                      source=spec.source, progress=bars)  # fmt: skip
-        if save_stats is not None:
-            write_stats(c.stats, save_stats)
-        bars.start("solving", 1)
-        prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
-        bars.advance("solving")
-    save(prof, output)
-    _finish(compile_api, c, prof, output, instrument, quiet, as_json, bars.console)
+    # Absolute now: a model file may change the working folder (names are printed as given).
+    output_at = output.absolute()
+    stats_at = None if save_stats is None else save_stats.absolute()
+    instrument_at = None if instrument is None else instrument.absolute()
+    # With --json stdout carries one document: what the model file prints goes to stderr.
+    with redirect_stdout(sys.stderr) if as_json else nullcontext():
+        spec = load_model_spec(model, inputs)
+        config = config.with_patterns(spec.include, spec.exclude)
+        with PhaseBars(quiet or as_json) as bars:
+            built = build_model(spec)
+            example = make_inputs(spec)
+            stem = Path(model).stem if model.endswith(".py") else model
+            c = compile_api.collect_stats(built, example, config, spec.run, name=stem,
+                                          source=spec.source, progress=bars)  # fmt: skip
+            if stats_at is not None:
+                write_stats(c.stats, stats_at)
+            bars.start("solving", 1)
+            prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
+            bars.advance("solving")
+        save(prof, output_at)
+    _finish(compile_api, c, prof, output, instrument_at, quiet, as_json, bars.console)
 
 
 def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, quiet: bool,
             as_json: bool, console: Any) -> None:  # fmt: skip
     """Write the instrumentation files and print the summary (human, JSON, or one line)."""
     if instrument is not None:
+        from flextensor_compile.cli.paths import atomic_output
+
         instrument.mkdir(parents=True, exist_ok=True)
         for part, doc in api.instrumentation(c, prof).items():
-            (instrument / f"{part}.json").write_text(
-                json.dumps(doc, indent=1, sort_keys=True) + "\n"
-            )
+            with atomic_output(instrument / f"{part}.json") as tmp:
+                tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     summary = api.summary_document(c, prof, str(output))
     if as_json:
         from flextensor_compile.cli.render import print_json

@@ -1,6 +1,8 @@
 """Rich rendering shared by `ftc` commands: consoles, JSON output, the profile summary and trap table.
 
-Owns: how documents look in a terminal. Must not know: how they are computed.
+Owns: how documents look in a terminal, and `safe`: text read from a file or given by the user
+(names, the recorded command, paths) is shown literally, never as rich markup or terminal
+control characters. Must not know: how they are computed.
 """
 
 from __future__ import annotations
@@ -13,11 +15,18 @@ from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flextensor_compile.units import format_bytes, format_rate
 
-__all__ = ["err_console", "out_console", "print_json", "render_inspect", "sweep_table"]
+__all__ = ["err_console", "out_console", "print_json", "render_inspect", "safe", "sweep_table"]
+
+
+def safe(text: object) -> str:
+    """`text` as literal console text: markup escaped, control characters shown as escapes."""
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+    return escape(shown)
 
 
 _PIPE_WIDTH = 200  # piped output (logs, grep) is not cropped or wrapped at 80 columns
@@ -46,18 +55,20 @@ def print_json(doc: Any) -> None:
 def _summary(doc: dict[str, Any]) -> Table:
     dev, tot, pred = doc["device"], doc["totals"], doc["predicted"]
     budget = doc["budget_bytes"]
-    budget_text = "none (latency mode)" if budget is None else (
-        f"{format_bytes(budget)} ({budget / dev['memory_bytes']:.0%} of device)")  # fmt: skip
+    memory = dev["memory_bytes"]  # 0 only in a hand-made profile: show it, divide by nothing
+    share = f"{budget / memory:.0%} of device" if budget and memory > 0 else "device memory unknown"
+    budget_text = "none (latency mode)" if budget is None else f"{format_bytes(budget)} ({share})"
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     rows = [
         ("model", f"{doc['model']['tensor_count']} tensors, "
-                  f"{format_bytes(doc['model']['total_bytes'])}  [dim]{doc['model']['digest'][:16]}[/]"),
-        ("device", f"{dev['name']} ({dev['kind']}), {format_bytes(dev['memory_bytes'])}, "
+                  f"{format_bytes(doc['model']['total_bytes'])}  [dim]{safe(doc['model']['digest'][:16])}[/]"),
+        ("device", f"{safe(dev['name'])} ({safe(dev['kind'])}), "
+                   f"{format_bytes(memory) if memory > 0 else 'device memory unknown'}, "
                    f"h2d {format_rate(dev['h2d_bytes_per_s'])}"),
         ("budget", budget_text),
-        ("strategy", f"{doc['config']['strategy']}, {doc['config']['transfer_mode']}"),
+        ("strategy", safe(f"{doc['config']['strategy']}, {doc['config']['transfer_mode']}")),
         ("resident", format_bytes(tot["resident_bytes"])),
         ("streamed", f"{format_bytes(tot['streamed_bytes'])} in {tot['transfer_count']} transfers"
                      + (f" ({format_bytes(tot['disk_bytes'])} from disk)" if tot["disk_bytes"] else "")),
@@ -65,10 +76,10 @@ def _summary(doc: dict[str, Any]) -> Table:
         ("peak", format_bytes(pred["peak_bytes"])),
         ("predicted", f"compute {pred['compute_ms']:.3f} ms, makespan {pred['makespan_ms']:.3f} ms, "
                       f"stall {pred['stall_ms']:.3f} ms (overhead {_percent(pred['overhead'])})"),
-        ("made by", doc["meta"]["command"] or "-"),
+        ("made by", safe(doc["meta"]["command"] or "-")),
     ]  # fmt: skip
     if doc["extensions"]:
-        rows.append(("sections", ", ".join(doc["extensions"])))
+        rows.append(("sections", safe(", ".join(doc["extensions"]))))
     for key, value in rows:
         grid.add_row(key, value)
     return grid
@@ -116,7 +127,7 @@ def _trap_table(doc: dict[str, Any]) -> Table:
         count = len(t.get("transfers", ()))
         block = "-" if t["block"] is None else f"{t['block']}{f'×{count}' if count > 1 else ''}"
         table.add_row(
-            str(t["order"]), t["name"], t["kind"], _ms(t["compute_ms"]),
+            str(t["order"]), safe(t["name"]), safe(t["kind"]), _ms(t["compute_ms"]),
             _short_bytes(t["resident_bytes"]), _short_bytes(t["streamed_bytes"]), block, prefetch,
             "-" if t["stall_ms"] is None else _ms(t["stall_ms"]),
         )  # fmt: skip
@@ -149,5 +160,5 @@ def sweep_table(points: Sequence[Any]) -> Table:
         ratio = f"{p.makespan_ms / p.bound_ms:.3f}" if p.bound_ms else "-"
         table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.makespan_ms:.3f}",
                       ratio, f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
-                      format_bytes(p.peak_bytes), p.strategy or "-")  # fmt: skip
+                      format_bytes(p.peak_bytes), safe(p.strategy or "-"))  # fmt: skip
     return table

@@ -28,18 +28,41 @@ _MSGPACK_MAPS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # a profile starts 
 
 def _load(path: Path) -> tuple[Stats, PlanConfig]:
     """(stats, config) from a stats JSON file or a compiled profile."""
-    from flextensor_compile.stats import load_stats
+    from flextensor_compile.cli.inputs import read_stats
     from flextensor_compile.sweep import stats_from_profile
     from flextensor_runtime.profile import PlanConfig, load
 
-    if not path.is_file():  # load_stats names a missing file or a folder in one line
-        return load_stats(path), PlanConfig()
+    if not path.is_file():  # a missing file, a folder or a device: one line, nothing read
+        return read_stats(path), PlanConfig()
     with open(path, "rb") as fh:
         head = fh.read(1)
     if not head or head[0] not in _MSGPACK_MAPS:  # text, empty, JSON: read as a stats file
-        return load_stats(path), PlanConfig()
+        return read_stats(path), PlanConfig()
     profile = load(path)
     return stats_from_profile(profile), profile.config
+
+
+def _checked_fractions(fractions: str, plot: Path | None, source: Path) -> tuple[float, ...]:
+    """The budgets, after the plot path and the fractions are checked (nothing read yet)."""
+    from flextensor_compile.cli.limits import check_fractions
+    from flextensor_compile.cli.paths import check_distinct, check_image_file
+    from flextensor_compile.sweep import parse_fractions
+
+    check_image_file(plot, "--plot")
+    check_distinct([("--plot", plot)], [("the input", source)])
+    budgets = parse_fractions(fractions)
+    check_fractions(fractions, budgets)
+    return budgets
+
+
+def _override(config: PlanConfig, strategy: str | None, assignment: str | None) -> PlanConfig:
+    from dataclasses import replace
+
+    if strategy is not None:
+        config = replace(config, strategy=strategy)
+    if assignment is not None:
+        config = replace(config, assignment=assignment)
+    return config
 
 
 def sweep(
@@ -63,32 +86,27 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
-    from dataclasses import replace
-
-    from flextensor_compile.cli.paths import check_output_file
-    from flextensor_compile.cli.render import out_console, print_json, sweep_table
-    from flextensor_compile.sweep import parse_fractions, plot_sweep
+    from flextensor_compile.cli.paths import atomic_output
+    from flextensor_compile.cli.render import out_console, print_json, safe, sweep_table
+    from flextensor_compile.sweep import plot_sweep
     from flextensor_compile.sweep import sweep as run_sweep
 
-    check_output_file(plot, "--plot", "sweep.png")
+    budgets = _checked_fractions(fractions, plot, source)
     stats, config = _load(source)
-    if strategy is not None:
-        config = replace(config, strategy=strategy)
-    if assignment is not None:
-        config = replace(config, assignment=assignment)
-    budgets = parse_fractions(fractions)
+    config = _override(config, strategy, assignment)
     with PhaseBars(quiet=False) as bars:  # on stderr, and only on a terminal
         bars.start("sweep", len(budgets))
         points = run_sweep(stats, config, budgets, lambda: bars.advance("sweep"))
     if plot is not None:
-        plot_sweep(points, plot)
+        with atomic_output(plot) as tmp:
+            plot_sweep(points, tmp)
     if as_json:
         print_json([asdict(p) for p in points])
         return
     console = out_console()
     console.print(sweep_table(points))
     if plot is not None:
-        console.print(f"plot written to {plot}")
+        console.print(f"plot written to {safe(plot)}")
 
 
 def register(app: typer.Typer) -> None:

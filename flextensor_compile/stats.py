@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Any
 
+from flextensor_runtime.atomic_file import write_atomic
 from flextensor_runtime.errors import StatsFormatError
 from flextensor_runtime.profile import (
     DTYPE_ITEMSIZE,
@@ -288,14 +288,5 @@ def load_stats(path: str | os.PathLike[str]) -> Stats:
 
 def save_stats(stats: Stats, path: str | os.PathLike[str]) -> Path:
     """Write a stats file atomically (temp file + rename)."""
-    target = Path(path)
     text = json.dumps(stats_to_json(stats), indent=1, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(path, text.encode())

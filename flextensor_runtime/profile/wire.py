@@ -9,13 +9,13 @@ Must not know: torch, how profiles are compiled or installed.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from flextensor_runtime.atomic_file import write_atomic
 from flextensor_runtime.errors import (
     BudgetError,
     ProfileError,
@@ -259,20 +259,7 @@ def _missing(key: str) -> Any:
 
 def save(profile: Profile, path: str | os.PathLike[str]) -> Path:
     """Write the profile atomically: a temp file in the same folder, fsync, then rename."""
-    target = Path(path)
-    data = dumps(profile)
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(path, dumps(profile))
 
 
 def load(path: str | os.PathLike[str]) -> Profile:

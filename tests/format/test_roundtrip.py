@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import stat
 from pathlib import Path
 
 import pytest
@@ -81,5 +83,33 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
     broken = dataclasses.replace(format_golden(), blocks=())  # transfers name missing blocks
     with pytest.raises(ProfileFormatError):
         save(broken, target)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.msgpack"]
+
+
+def test_saved_files_get_the_mode_a_plain_open_gives(tmp_path: Path) -> None:
+    mask = os.umask(0o027)  # a umask that differs from both 0o022 and mkstemp's 0o077
+    try:
+        save(format_golden(), tmp_path / "p.msgpack")
+        (tmp_path / "plain").write_bytes(b"")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "p.msgpack").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o640
+
+
+def test_a_failed_write_keeps_the_old_file_and_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "p.msgpack"
+    save(format_golden(), target)
+    before = target.read_bytes()
+
+    def interrupted(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save(format_golden(), target)
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.msgpack"]

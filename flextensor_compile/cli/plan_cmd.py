@@ -24,7 +24,11 @@ def plan(
     ),
     budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB."),
     strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
-    num_blocks: int = typer.Option(None, "--num-blocks", help="Exact number of memory blocks."),
+    num_blocks: int = typer.Option(
+        None,
+        "--num-blocks",
+        help="Blocks to assign into: at most this many (default: 1, 2 and 3 tried).",
+    ),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks to use."),
     assignment: str = typer.Option("optimized-round-robin", "--assignment", help=ASSIGNMENT_HELP),
     as_json: bool = typer.Option(

@@ -113,7 +113,7 @@ def profile(
     strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
     include: list[str] = typer.Option(None, "--include", help="Include pattern (repeatable): glob on module/parameter paths, or class:Name."),
     exclude: list[str] = typer.Option(None, "--exclude", help="Exclude pattern (repeatable): an excluded module is not a trap, an excluded tensor stays resident."),
-    num_blocks: int = typer.Option(None, "--num-blocks", help="Number of memory blocks."),
+    num_blocks: int = typer.Option(None, "--num-blocks", help="Blocks to assign into: at most this many (default: 1, 2 and 3 tried)."),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks."),
     assignment: str = typer.Option("optimized-round-robin", "--assignment", help=ASSIGNMENT_HELP),
     profiling_iters: int = typer.Option(5, "--profiling-iters", help="Timed iterations (median)."),

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.families import Context
-from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, plan_memory
+from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, pick_of
 from flextensor_compile.solve.problem import Problem
 
 __all__ = ["BISECT_STEPS", "fit_level", "peak_of", "smallest_memory"]
@@ -136,12 +136,27 @@ def _mix(
 def smallest_memory(
     problem: Problem, layouts: tuple[tuple[int, str], ...], every_other: Selection
 ) -> int | None:
-    """The least peak of our plans: everything streams, or (one block) every other trap."""
+    """The least peak of our plans: everything streams, or (one block) every other trap; a
+    block layout counts only where its assignment uses the blocks `min_blocks` asks for (as
+    for any plan), so the budget this reports is one a plan can have."""
     full = tuple(tuple(range(len(t.items))) for t in problem.traps)
     found = []
     for sel in (full, every_other):
+        pick = pick_of(problem, sel)
         for k, order in layouts:
-            mem = plan_memory(problem, sel, k, order)
+            mem = _least_peak(problem, pick, k, order)
             if mem is not None:
                 found.append(mem)
     return min(found, default=None)
+
+
+def _least_peak(problem: Problem, pick: Pick, num_blocks: int, order: str) -> int | None:
+    if order == RING:
+        return pick_memory(problem, pick, num_blocks, order)
+    traps = tuple(o for o, s in enumerate(pick.slot_bytes) if s)
+    sizes = tuple(pick.slot_bytes[o] for o in traps)
+    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order)
+    if a is None or len(a.block_bytes) < min(problem.min_blocks, len(traps)):
+        return None
+    resident = problem.total_bytes - pick.streamed_bytes
+    return resident + sum(a.block_bytes) + problem.reserve_bytes

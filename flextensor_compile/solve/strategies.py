@@ -345,7 +345,10 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     for plan in _candidates(ctx, strategy):
         if best is None or plan.rank_key() < best.rank_key():
             best = plan
-    if best is None and problem.budget_bytes is None:  # latency mode: all resident always works
+    budget = problem.budget_bytes
+    if best is None and (budget is None or problem.total_bytes + problem.reserve_bytes <= budget):
+        # all resident works in latency mode, and where the budget holds every weight (with the
+        # ring assignment and nothing to stream, no layout makes a plan)
         best = build_plan(problem, tuple(() for _ in problem.traps), 1, strategy, "strict")
     if best is not None:
         return best
@@ -353,9 +356,12 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
                             nth_selection(problem, 2))  # fmt: skip
     hint = f"at least {least} bytes" if least is not None else "more memory"
     also = "" if strategy == DEFAULT_STRATEGY else f" with --strategy {DEFAULT_STRATEGY}"
+    if problem.min_blocks > 1:
+        also += f", or lower --min-blocks (now {problem.min_blocks}): fewer blocks need less memory"
+    known = "" if least is None else f" (the smallest feasible budget is {hint})"
     raise BudgetError(
-        f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes (the smallest "
-        f"feasible budget is {hint}); {_raise_hint(problem, least, hint)}{also}"
+        f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes{known}; "
+        f"{_raise_hint(problem, least, hint)}{also}"
     )
 
 
@@ -363,7 +369,7 @@ def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:
     """What to raise: the --mem-fraction the smallest budget needs, when the budget was one."""
     device = problem.fraction_of_bytes
     if device is None or least is None:
-        return f"raise --budget or --mem-fraction to {hint}"
+        return "raise --budget or --mem-fraction" if least is None else f"raise --budget to {hint}"
     fraction = math.ceil(least / device * 100) / 100
     while int(fraction * device) < least:  # the budget is int(fraction * device): round up
         fraction += 0.01

@@ -1,0 +1,55 @@
+"""BudgetError says a smallest feasible budget only when it is one: above the budget that
+failed, and honouring `min_blocks`; when it cannot, it says what else to change."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flextensor_compile.solve import ASSIGNMENTS, problem_from_stats, solve
+from flextensor_compile.stats import load_stats
+from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.profile import PlanConfig
+from tests.solve.instances import random_stats, total_bytes
+
+EXAMPLES = int(os.environ.get("FLEXTENSOR_SOLVER_EXAMPLES", "60"))
+STATS = os.path.join(
+    os.path.dirname(__file__), "..", "..", "profiles", "tiny_transformer.stats.json"
+)
+
+
+def _claimed(message: str) -> int | None:
+    found = re.search(r"smallest feasible budget is at least (\d+) bytes", message)
+    return int(found.group(1)) if found else None
+
+
+def test_min_blocks_the_assignment_cannot_give_is_not_a_smaller_budget() -> None:
+    stats = load_stats(STATS)
+    device = stats.device.memory_bytes
+    problem = problem_from_stats(stats, PlanConfig(budget_bytes=device // 2, min_blocks=3))
+    try:
+        solve(problem)
+    except BudgetError as exc:
+        least = _claimed(str(exc))
+        assert least is None or least > device // 2, str(exc)
+        assert "lower --min-blocks (now 3)" in str(exc)
+    else:  # a plan with three blocks fits: it has them
+        assert len(solve(problem).block_bytes) >= 3
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_stats(), st.floats(0.05, 0.9), st.integers(1, 4), st.sampled_from(ASSIGNMENTS))
+def test_a_claimed_smallest_budget_is_above_the_one_that_failed(
+    stats, fraction: float, min_blocks: int, assignment: str
+) -> None:
+    budget = max(1, int(fraction * total_bytes(stats)))
+    min_blocks = 1 if assignment == "ring" else min_blocks  # the ring is one block
+    config = PlanConfig(budget_bytes=budget, min_blocks=min_blocks, assignment=assignment)
+    try:
+        solve(problem_from_stats(stats, config))
+    except BudgetError as exc:
+        least = _claimed(str(exc))
+        assert least is None or least > budget, str(exc)

@@ -143,11 +143,37 @@ def _tensor(doc: Any, where: str) -> TensorStat:
         bytes=nbytes,
         dtype=dtype.removeprefix("torch."),
         shape=tuple(shape),
-        stride=tuple(doc.get("stride") or ()),
+        stride=_stride(doc, shape, where),
         kind=kind,
-        tie=doc.get("tie"),
-        offloadable=bool(doc.get("offloadable", True)),
+        tie=_tie(doc, where),
+        offloadable=_flag(doc, "offloadable", where),
     )
+
+
+def _stride(doc: dict, shape: list[int], where: str) -> tuple[int, ...]:
+    """Absent or empty: contiguous; else one non-negative int per dimension."""
+    stride = doc.get("stride") or []
+    ok = isinstance(stride, list) and all(
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d < _MAX_NUMBER for d in stride
+    )
+    if not ok or (stride and len(stride) != len(shape)):
+        raise _err(f"{where}.stride", f"expected one non-negative int per dimension of "
+                   f"{shape[:8]!r:.40}, got {stride!r:.40}")  # fmt: skip
+    return tuple(stride)
+
+
+def _tie(doc: dict, where: str) -> str | None:
+    tie = doc.get("tie")
+    if tie is not None and (not isinstance(tie, str) or not tie):
+        raise _err(f"{where}.tie", f"expected the name of the tensor it shares, got {tie!r:.40}")
+    return tie
+
+
+def _flag(doc: dict, key: str, where: str) -> bool:
+    value = doc.get(key, True)
+    if not isinstance(value, bool):
+        raise _err(f"{where}.{key}", f"expected true or false, got {value!r:.40}")
+    return value
 
 
 def _trap(doc: Any, where: str) -> TrapStat:
@@ -190,8 +216,18 @@ def _device(doc: Any) -> DeviceSpec:
         h2d_bytes_per_s=_positive(_num(doc, "h2d_bytes_per_s", "device"), "device.h2d_bytes_per_s"),
         h2d_latency_ms=_num(doc, "h2d_latency_ms", "device", required=False) or 0.0,
         bandwidth_curve=tuple(BandwidthPoint(int(b), float(r)) for b, r in curve_doc),
-        kind=str(doc.get("kind", "target")),
+        kind=_device_kind(doc),
     )
+
+
+_DEVICE_KINDS = ("cuda", "cpu", "target", "emulated")
+
+
+def _device_kind(doc: dict) -> str:
+    kind = doc.get("kind", "target")
+    if kind not in _DEVICE_KINDS:
+        raise _err("device.kind", f"expected one of {', '.join(_DEVICE_KINDS)}, got {kind!r:.40}")
+    return str(kind)
 
 
 def stats_from_json(doc: Any) -> Stats:

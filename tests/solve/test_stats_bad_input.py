@@ -60,7 +60,23 @@ def _zero_memory(doc: dict[str, Any]) -> None:
     doc["device"]["memory_bytes"] = 0
 
 
+def _field(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["traps"][1]["tensors"][0][key] = value
+
+    return edit
+
+
+def _device_kind(doc: dict[str, Any]) -> None:
+    doc["device"]["kind"] = "gpu"
+
+
 CASES = [
+    (_edited(_field("stride", ["a"])), "tensors[0].stride: expected one non-negative int per"),
+    (_edited(_field("stride", [1, 1])), "tensors[0].stride: expected one non-negative int per"),
+    (_edited(_field("tie", {})), "tensors[0].tie: expected the name of the tensor it shares"),
+    (_edited(_field("offloadable", "no")), "tensors[0].offloadable: expected true or false"),
+    (_edited(_device_kind), "device.kind: expected one of cuda, cpu, target, emulated"),
     (_edited(_dup_trap), "trap name 'blocks.0' appears twice"),
     (_edited(_dup_tensor), "tensor 'blocks.0.attn_norm.weight' is listed twice"),
     (_edited(_bad_tie), "is tied to 'nope', not a listed tensor"),

@@ -56,9 +56,10 @@ def parse_fractions(spec: str) -> tuple[float, ...]:
                 raise ValueError
             if step <= 0 or start <= 0 or stop < start:
                 raise ValueError
-            count = int((stop - start) / step + 1e-9) + 1
-            if count > _MAX_POINTS:
-                raise OverflowError(count)
+            span = (stop - start) / step + 1e-9
+            if span >= _MAX_POINTS:  # before int(): a tiny step makes a count of 300 digits
+                raise OverflowError(int(span) + 1 if span < 1e12 else f"{span:.3g}")
+            count = int(span) + 1
             values = tuple(round(start + k * step, 10) for k in range(count))
         else:
             values = tuple(float(x) for x in spec.split(","))

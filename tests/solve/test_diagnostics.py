@@ -133,6 +133,7 @@ def test_stats_recovered_from_a_profile_replan_to_the_same_plan() -> None:
         ("0.5,inf", "every fraction must be a positive number"),
         ("0.1:inf:0.1", "use START:STOP:STEP"),
         ("0.1:1:0.0000001", r"give 9000001 budgets, more than 1000; use a larger STEP"),
+        ("0.5:0.6:1e-300", r"give 1e\+299 budgets, more than 1000; use a larger STEP"),
     ],
 )
 def test_parse_fractions_rejects_non_finite_and_endless_sweeps(spec: str, message: str) -> None:

@@ -63,7 +63,7 @@ def plot_timeline(profile: Profile, path: str | os.PathLike[str]) -> Path:
                        edgecolor="white", linewidth=0.3)  # fmt: skip
     ax.set_yticks([0.5, 1.5], ["copy (colour = block)", "compute (red = stall)"])
     ax.set_xlabel("ms")
-    ax.set_title(f"{profile.meta.command or 'profile'}: makespan {sim.makespan_ms:.2f} ms, "
+    ax.set_title(f"{_plain(profile.meta.command or 'profile')}: makespan {sim.makespan_ms:.2f} ms, "
                  f"stall {sim.stall_ms:.2f} ms, {len(profile.schedule)} copies")  # fmt: skip
     ax.set_xlim(min([0.0] + [s for _, s, _ in sim.copy_spans_ms]), sim.makespan_ms)
     fig.tight_layout()
@@ -71,3 +71,10 @@ def plot_timeline(profile: Profile, path: str | os.PathLike[str]) -> Path:
     fig.savefig(target, dpi=120)
     plt.close(fig)
     return target
+
+
+def _plain(text: str) -> str:
+    """`text` drawn as written: control characters as escapes (no font has them) and `$`
+    escaped (matplotlib would read `$...$` as math)."""
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return shown.replace("$", r"\$")

@@ -73,6 +73,15 @@ def test_timeline_replays_the_predicted_iteration(tmp_path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # a glyph no font has warns
+@pytest.mark.parametrize("command", ["ftc plan \x1b[2J", "ftc plan $x^$", "ftc $\\frac{$ x"])
+def test_timeline_draws_the_recorded_command_as_written(tmp_path, command: str) -> None:
+    profile = _profile(uniform_stats(8), 0.5)
+    odd = replace(profile, meta=replace(profile.meta, command=command))
+    out = plot_timeline(odd, tmp_path / "t.png")  # `$...$` is not read as math
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_parse_fractions() -> None:
     assert parse_fractions("0.2:0.4:0.1") == (0.2, 0.3, 0.4)
     assert parse_fractions("0.5,0.7") == (0.5, 0.7)

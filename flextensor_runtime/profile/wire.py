@@ -197,7 +197,12 @@ def unpack_bounded(data: bytes) -> Any:
             data, raw=False, strict_map_key=True, use_list=True,
             max_str_len=n, max_bin_len=n, max_array_len=n, max_map_len=n // 2, max_ext_len=0,
         )  # fmt: skip
-    except msgpack.ExtraData:
+    except msgpack.ExtraData as extra:
+        if not isinstance(extra.unpacked, dict):  # random bytes decode as a small value first
+            raise ProfileFormatError(
+                "not an offload profile: the bytes are not one msgpack map (random or other "
+                "data); pass a file written by `ftc profile`"
+            ) from None
         raise ProfileFormatError(
             "the file has trailing bytes after the profile; it is damaged, recompile it"
         ) from None

@@ -47,7 +47,7 @@ GOOD = dumps(format_golden())
 CASES: dict[str, tuple[bytes, type[Exception], str]] = {
     "empty": (b"", ProfileFormatError, "empty"),
     "truncated": (GOOD[: len(GOOD) // 2], ProfileFormatError, "truncated"),
-    "random bytes": (bytes(range(256)) * 4, ProfileFormatError, "profile"),
+    "random bytes": (bytes(range(256)) * 4, ProfileFormatError, "not one msgpack map"),
     "trailing bytes": (GOOD + b"\x00", ProfileFormatError, "trailing"),
     "a list": (_pack([1, 2, 3]), ProfileFormatError, "not a map"),
     "an int": (_pack(7), ProfileFormatError, "not a map"),

@@ -135,3 +135,34 @@ def test_mirrored_ring_deploys_with_identical_outputs(tmp_path, mode):
     profile = emit_profile(stats, config, problem, plan, Meta("test", "test", "", "fixed"))
     check_profile(profile)
     _deploys_identically(save(profile, tmp_path / "mirrored.msgpack"))
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+def test_cover_plan_deploys_with_identical_outputs(tmp_path, mode):
+    """Cover selections (the fewest, largest transfers covering the shortfall plus one block of
+    m, for each m tried), placed in the ring, emitted and deployed."""
+    from dataclasses import replace
+
+    from flextensor_compile.emit import emit_profile
+    from flextensor_compile.solve import problem_from_stats
+    from flextensor_compile.solve.cover import cover_selections
+    from flextensor_compile.solve.families import make_context
+    from flextensor_compile.solve.plan import build_plan
+    from flextensor_runtime.profile import Meta, check_profile
+
+    stats, config = _fixed_timing(mode)
+    stats = replace(stats, traps=tuple(replace(t, compute_ms=0.001) for t in stats.traps))
+    problem = problem_from_stats(stats, config)  # copies dominate: the cover applies
+    ctx = make_context(problem)
+    built = 0
+    for m in ctx.cover_sizes:
+        for k, sel in enumerate(cover_selections(ctx, m, m)):
+            plan = build_plan(problem, sel, 1, "global-tensor-selection", "ring")
+            assert plan is not None and plan.peak_bytes <= (problem.budget_bytes or 0)
+            assert max(sum(t.items[j].slot_bytes for j in ch)
+                       for t, ch in zip(problem.traps, sel, strict=True)) <= m  # fmt: skip
+            profile = emit_profile(stats, config, problem, plan, Meta("test", "test", "", "fixed"))
+            check_profile(profile)
+            _deploys_identically(save(profile, tmp_path / f"cover{m}-{k}.msgpack"))
+            built += 1
+    assert built >= 2  # two sizes of m on this model

@@ -83,7 +83,7 @@ CASES: dict[str, tuple[Callable[[Path], object], Callable[[nn.Module], None] | N
     "truncated file": (lambda d: _file(d, "t.msgpack", PROFILE.read_bytes()[:4000]), None,
                        ProfileFormatError, "truncated or damaged"),
     "random bytes": (lambda d: _file(d, "r.msgpack", bytes(range(256)) * 8), None,
-                     ProfileFormatError, "recompile"),
+                     ProfileFormatError, "not an offload profile"),
     "empty file": (lambda d: _file(d, "e.msgpack", b""), None, ProfileFormatError, "empty"),
     "a stats file": (lambda d: STATS, None, ProfileFormatError, "ftc plan STATS"),
     "an empty path": (lambda d: "", None, ConfigError, "empty"),

@@ -104,6 +104,7 @@ def fill_vram_config(model: nn.Module, vram_config: Mapping[str, Any]) -> dict[s
     A module wrapped whole has no finer unit to stream, so its onload and preparing stages
     become the computation placement; the offload stage is kept. Warns when that changes it.
     """
+    _check_model(model)
     filled = _check_config(vram_config, "vram_config", values=False)  # keys only: no device check
     for stage in ("onload", "preparing"):
         filled[f"{stage}_dtype"] = filled.get("computation_dtype")
@@ -202,6 +203,11 @@ def _make_plan(
         overflow = _check_config(overflow_vram_config, "overflow_vram_config")
     options = dict(options)
     config_for = options.pop("vram_config_for", None)
+    if config_for is not None and not callable(config_for):
+        raise ConfigError(
+            f"vram_config_for={config_for!r} is invalid; pass a callable (module name, "
+            "checkpoint keys) -> placement dict or None"
+        )
     return _WrapPlan(
         module_map, config, overflow, max_num_param, vram_limit, disk_map, options, config_for
     )

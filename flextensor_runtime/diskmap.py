@@ -247,6 +247,18 @@ class DiskMap(Mapping[str, torch.Tensor]):
         self.materialized_elements += out.numel()
         return out
 
+    def stored_layout(self, name: str) -> tuple[tuple[int, ...], bool]:
+        """(shape, is floating point) of tensor `name` as stored, read from the header only."""
+        source = self._sources.get(name)
+        if source is None:
+            raise DiskMapError(f"tensor {name!r} is not in checkpoint {self.path}")
+        handle = self._open(self._files[source])
+        if isinstance(handle, _TorchFile):
+            tensor = handle.get_tensor(source)
+            return tuple(tensor.shape), tensor.is_floating_point()
+        part = handle.get_slice(source)  # safetensors: header fields, no data read
+        return tuple(part.get_shape()), str(part.get_dtype()).startswith(("F", "BF"))
+
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.load(name)
 

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import save_file
+from transformers import BertConfig, BertModel
 
-from flextensor_runtime import DiskMap
+from flextensor_runtime import AutoWrappedLinear, DiskMap, enable_vram_management
+from flextensor_runtime import skip_model_initialization as on_meta
 from flextensor_runtime.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -24,6 +26,7 @@ from flextensor_runtime.errors import (
     ModelFileError,
 )
 from flextensor_runtime.lazy_load import Checkpoint
+from tests.runtime.conftest import assert_same, snapshot
 
 
 @pytest.fixture
@@ -178,3 +181,52 @@ def test_diskmap_reports_a_damaged_torch_file(tmp_path: Path, payload: bytes) ->
     path.write_bytes(payload)
     with pytest.raises(FlextensorError, match=r"cannot load .* with weights_only=True"):
         DiskMap(path, "cpu")
+
+
+BERT = BertConfig(
+    vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    intermediate_size=32, max_position_embeddings=16,
+)  # fmt: skip
+
+
+def _bert_checkpoint(tmp_path: Path, edit: Callable[[dict[str, torch.Tensor]], object]) -> Path:
+    torch.manual_seed(0)
+    state = {k: v.contiguous() for k, v in BertModel(BERT).state_dict().items()}
+    edit(state)
+    path = tmp_path / "bert.safetensors"
+    save_file(state, str(path))
+    return path
+
+
+BAD_CHECKPOINTS: list[tuple[str, Callable[[dict[str, torch.Tensor]], object], str]] = [
+    ("lacks a key", lambda sd: sd.pop("pooler.dense.weight"),
+     "checkpoint has no tensor 'pooler.dense.weight'"),
+    ("wrong shape", lambda sd: sd.update({"pooler.dense.weight": torch.zeros(3, 16)}),
+     r"'pooler.dense.weight' is floating \[3, 16\] but module 'pooler.dense' needs"),
+    ("integer weights", lambda sd: sd.update({"pooler.dense.bias": torch.zeros(16, dtype=torch.int32)}),
+     r"'pooler.dense.bias' is integer \[16\]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "edit, message", [c[1:] for c in BAD_CHECKPOINTS], ids=[c[0] for c in BAD_CHECKPOINTS]
+)
+def test_disk_tier_checks_the_checkpoint_before_dropping_weights(
+    tmp_path: Path, edit: Callable[[dict[str, torch.Tensor]], object], message: str
+) -> None:
+    """A model built normally keeps its real weights when the checkpoint does not fit it, and
+    a model built on meta gets the error at install time, not at its first forward."""
+    disk_map = DiskMap(_bert_checkpoint(tmp_path, edit), "cpu")
+    disk = dict(offload_device="disk", onload_device="disk", computation_device="cpu")
+    linear = {torch.nn.Linear: AutoWrappedLinear}
+    torch.manual_seed(0)
+    model = BertModel(BERT).eval()
+    before = snapshot(model)
+    with pytest.raises(DiskMapError, match=message):
+        enable_vram_management(model, linear, disk, disk_map=disk_map)
+    assert_same(model, before)
+    assert not getattr(model, "vram_management_enabled", False)
+    with on_meta():
+        meta_model = BertModel(BERT).eval()
+    with pytest.raises(DiskMapError, match=message):
+        enable_vram_management(meta_model, linear, disk, disk_map=disk_map)

@@ -16,7 +16,9 @@ from typing import Any
 
 from torch import nn
 
+from flextensor_runtime.deploy import _HANDLE_ATTR as PROFILE_MARK
 from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.module import AutoWrappedNonRecurseModule
 from flextensor_runtime.vram.placement import resolve_stages
@@ -72,6 +74,21 @@ def _check_model(model: object) -> None:
     if not isinstance(model, nn.Module):
         raise ConfigError(
             f"VRAM management needs a torch.nn.Module, got {type(model).__name__}; pass the model"
+        )
+
+
+def _check_not_offloaded(model: nn.Module) -> None:
+    """Wrappers would replace modules whose weights another offloader streams (its traps or
+    hooks would no longer run, and the wrappers would read weights it keeps elsewhere)."""
+    if PROFILE_MARK in model.__dict__:
+        raise VramManagementError(
+            f"this {type(model).__name__} is offloaded by offload_from_profile: call "
+            "handle(model).remove() first, or put the wrappers in the profile's vram section"
+        )
+    if LAYERWISE_MARK in model.__dict__:
+        raise VramManagementError(
+            f"this {type(model).__name__} has layer-wise CPU offload: call disable() on its "
+            "LayerwiseOffloadHandle first"
         )
 
 
@@ -228,6 +245,7 @@ def enable_vram_management_recursively(
     """Replace matching descendants with lifecycle-aware wrappers; return the running count
     of wrapped parameter elements (`total_num_param` plus those wrapped here)."""
     _check_model(model)
+    _check_not_offloaded(model)
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
@@ -260,6 +278,7 @@ def enable_vram_management(
             f"VRAM management is already enabled on this {type(model).__name__}: call "
             "enable_vram_management once, on a freshly built model"
         )
+    _check_not_offloaded(model)
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )

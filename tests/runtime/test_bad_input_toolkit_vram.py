@@ -11,9 +11,18 @@ import pytest
 import torch
 from torch import nn
 
-from flextensor_runtime import AutoWrappedLinear, enable_vram_management, fill_vram_config
+from flextensor_runtime import (
+    AutoWrappedLinear,
+    enable_vram_management,
+    enable_vram_management_recursively,
+    fill_vram_config,
+)
+from flextensor_runtime.backend import CpuBackend
+from flextensor_runtime.deploy import handle, offload_from_profile
 from flextensor_runtime.errors import BackendUnavailableError, ConfigError, VramManagementError
+from profiles.tiny_transformer import TinyTransformer, build_model, example_inputs
 from tests.runtime.conftest import assert_same, snapshot
+from tests.runtime.test_bad_input_runtime import PROFILE
 
 LINEAR = {nn.Linear: AutoWrappedLinear}
 CPU = dict(offload_device="cpu", computation_device="cpu")
@@ -90,6 +99,11 @@ def test_fill_vram_config_needs_a_module() -> None:
         fill_vram_config("model", CPU)  # type: ignore[arg-type]
 
 
+def _tiny_out(model: nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model(*example_inputs())
+
+
 def _half_stored() -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -119,3 +133,18 @@ def test_wrapped_linear_keeps_autocast_working() -> None:
     model = _half_stored()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model(torch.randn(1, 4)).dtype == torch.bfloat16
+
+
+def test_a_model_offloaded_from_a_profile_is_not_wrapped_again() -> None:
+    """Wrappers would bypass the profile's traps and read weights it keeps elsewhere."""
+    model = build_model()
+    offload_from_profile(model, PROFILE, backend=CpuBackend())
+    expected = _tiny_out(model)
+    with pytest.raises(VramManagementError, match="is offloaded by offload_from_profile"):
+        enable_vram_management(model, LINEAR, CPU)
+    with pytest.raises(VramManagementError, match=r"handle\(model\)\.remove\(\) first"):
+        enable_vram_management_recursively(model, LINEAR, CPU)
+    assert torch.equal(_tiny_out(model), expected)
+    handle(model).remove()
+    assert isinstance(enable_vram_management(model, LINEAR, CPU), TinyTransformer)
+    assert torch.equal(_tiny_out(model), expected)

@@ -58,6 +58,7 @@ class TokenPruneState:
     def __post_init__(self) -> None:
         seg_len = self.end - self.start
         ok = isinstance(self.indices, torch.Tensor) and self.indices.dim() == 1
+        ok = ok and not self.indices.is_floating_point() and not self.indices.is_complex()
         ok = ok and 0 <= self.start < self.end <= self.full_length and self.seq_dim >= 0
         if ok and self.indices.numel() and self.indices.device.type == "cpu":  # no host sync
             ok = int(self.indices.min()) >= 0 and int(self.indices.max()) < seg_len

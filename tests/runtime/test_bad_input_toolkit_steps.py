@@ -16,10 +16,17 @@ from flextensor_runtime import (
     FixedStepCache,
     MemoryQuery,
     MemoryStore,
+    TokenPruneState,
     enable_layerwise_cpu_offload,
     init_weights_on_device,
 )
-from flextensor_runtime.errors import BackendUnavailableError, CacheUsageError, ConfigError
+from flextensor_runtime.cache_config import parse_cache_spec
+from flextensor_runtime.errors import (
+    BackendUnavailableError,
+    CacheUsageError,
+    ConfigError,
+    TokenPruneError,
+)
 
 INF, NAN = float("inf"), float("nan")
 
@@ -130,3 +137,20 @@ def test_layerwise_offload_refuses_a_non_bool_flag_on_any_machine(flag: str) -> 
     model.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
     with pytest.raises(ConfigError, match=f"{flag}='no' is invalid; pass True or False"):
         enable_layerwise_cpu_offload(model, **{flag: "no"})  # type: ignore[arg-type]
+
+
+def test_cache_spec_with_a_huge_skip_range_is_refused_without_building_it() -> None:
+    with pytest.raises(ConfigError, match=r"'0-100000000000' lists more than 100000 steps"):
+        parse_cache_spec("fixed-step:skip=0-100000000000")
+    data = parse_cache_spec("fixed-step:skip=2-18/4;total_steps=20")
+    assert data["skip_steps"] == [2, 6, 10, 14, 18]
+
+
+@pytest.mark.parametrize(
+    "indices", [torch.tensor([0.5]), torch.tensor([1j])], ids=["float", "complex"]
+)
+def test_token_prune_state_refuses_non_integer_indices(indices: torch.Tensor) -> None:
+    with pytest.raises(
+        TokenPruneError, match="is inconsistent; pass the state prune_tokens returned"
+    ):
+        TokenPruneState(indices, 0, 4, 8, 1)

@@ -141,5 +141,6 @@ class TorchMemoryReader:
 
 
 def limit_bytes(vram_limit_gib: float) -> int:
-    """`vram_limit` is in GiB (as in the reference API); return it in bytes."""
-    return int(vram_limit_gib * GIB)
+    """`vram_limit` is in GiB (as in the reference API); return it in bytes (inf: no limit,
+    read as the largest int64 byte count)."""
+    return int(min(vram_limit_gib * GIB, float(2**63 - 1)))

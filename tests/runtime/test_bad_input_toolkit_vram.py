@@ -18,6 +18,7 @@ from flextensor_runtime import (
     fill_vram_config,
 )
 from flextensor_runtime.backend import CpuBackend
+from flextensor_runtime.cache_install import install_cache
 from flextensor_runtime.deploy import handle, offload_from_profile
 from flextensor_runtime.errors import BackendUnavailableError, ConfigError, VramManagementError
 from profiles.tiny_transformer import TinyTransformer, build_model, example_inputs
@@ -148,3 +149,23 @@ def test_a_model_offloaded_from_a_profile_is_not_wrapped_again() -> None:
     handle(model).remove()
     assert isinstance(enable_vram_management(model, LINEAR, CPU), TinyTransformer)
     assert torch.equal(_tiny_out(model), expected)
+
+
+@pytest.mark.parametrize("vram_limit", [float("inf"), 10**400], ids=["inf", "huge int"])
+def test_an_unbounded_vram_limit_promotes_instead_of_overflowing(vram_limit: float) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(4, 2)
+    x = torch.randn(3, 4)
+    expected = linear(x).detach()
+    wrapped = AutoWrappedLinear(
+        linear, offload_dtype=torch.float16, computation_dtype=torch.float32, vram_limit=vram_limit
+    )
+    assert wrapped.check_free_vram()
+    out = wrapped(x)
+    assert wrapped.state == 2 and wrapped.stored.dtype == torch.float32  # kept at compute
+    torch.testing.assert_close(out, expected, atol=2e-3, rtol=2e-3)  # weights went via fp16
+
+
+def test_install_cache_names_its_arguments() -> None:
+    with pytest.raises(ConfigError, match="install_cache got str and dict; pass the model"):
+        install_cache("model", {"policy": "fixed-step"})  # type: ignore[arg-type]

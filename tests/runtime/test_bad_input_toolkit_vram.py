@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from flextensor_runtime import (
+    AutoTorchModule,
     AutoWrappedLinear,
     enable_vram_management,
     enable_vram_management_recursively,
@@ -169,3 +170,10 @@ def test_an_unbounded_vram_limit_promotes_instead_of_overflowing(vram_limit: flo
 def test_install_cache_names_its_arguments() -> None:
     with pytest.raises(ConfigError, match="install_cache got str and dict; pass the model"):
         install_cache("model", {"policy": "fixed-step"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("transition", ["offload", "onload", "preparing", "keep"])
+def test_the_bare_base_state_machine_says_it_manages_nothing(transition: str) -> None:
+    base = AutoTorchModule(computation_device="cpu")
+    with pytest.raises(VramManagementError, match="AutoTorchModule is the base state machine"):
+        getattr(base, transition)()

@@ -205,7 +205,9 @@ class DiskMap(Mapping[str, torch.Tensor]):
         handle = self._handles.get(file)
         if handle is None:
             if not file.is_file():
-                raise DiskMapError(f"checkpoint shard {file} is missing: restore the file")
+                raise DiskMapError(
+                    f"checkpoint shard {file} is missing or not a regular file: restore the file"
+                )
             handle = _open_file(file)
             self._handles[file] = handle
         return handle

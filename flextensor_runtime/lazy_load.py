@@ -79,6 +79,10 @@ def _stored(path: Path, name: str, info: object, data_start: int, body_bytes: in
 
 
 def _read_header(path: Path) -> dict[str, StoredTensor]:
+    if path.exists() and not path.is_file():  # reading a pipe or a device would block
+        raise ModelFileError(
+            f"{path} is not a regular file (a folder, pipe or device); pass .safetensors files"
+        )
     try:
         with path.open("rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))

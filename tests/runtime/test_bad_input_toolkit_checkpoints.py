@@ -6,7 +6,9 @@ tensor bytes are read or allocated."""
 from __future__ import annotations
 
 import json
+import os
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -230,3 +232,33 @@ def test_disk_tier_checks_the_checkpoint_before_dropping_weights(
         meta_model = BertModel(BERT).eval()
     with pytest.raises(DiskMapError, match=message):
         enable_vram_management(meta_model, linear, disk, disk_map=disk_map)
+
+
+def _outcome_within(call: Callable[[], object], seconds: float) -> BaseException | None:
+    """Run `call` on a daemon thread; the exception it raised (None: returned), or fail if it
+    is still blocked after `seconds`."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:  # handed back to the test
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        pytest.fail(f"still blocked after {seconds} s")
+    return outcome[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_shard_that_is_a_pipe_is_refused_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "model-00001.safetensors")
+    index = _index(tmp_path, {"w": "model-00001.safetensors"})
+    lazy = _outcome_within(lambda: Checkpoint(index), 5.0)
+    assert isinstance(lazy, ModelFileError) and "is not a regular file" in str(lazy)
+    mapped = _outcome_within(lambda: DiskMap(index, "cpu"), 5.0)
+    assert isinstance(mapped, DiskMapError) and "missing" in str(mapped)

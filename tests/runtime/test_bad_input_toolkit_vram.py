@@ -177,3 +177,28 @@ def test_the_bare_base_state_machine_says_it_manages_nothing(transition: str) ->
     base = AutoTorchModule(computation_device="cpu")
     with pytest.raises(VramManagementError, match="AutoTorchModule is the base state machine"):
         getattr(base, transition)()
+
+
+class _LoadOnlyMap:
+    """A disk map that only knows `load` (no names, no layout): checked by name at load time."""
+
+    def __init__(self, state: dict[str, torch.Tensor]) -> None:
+        self.state = state
+
+    def load(
+        self, name: str, dtype: torch.dtype | None = None, device: object = None
+    ) -> torch.Tensor:
+        tensor = self.state[name]
+        return tensor.to(dtype=dtype or tensor.dtype, device=device or "cpu", copy=True)
+
+
+def test_a_load_only_disk_map_still_works() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3))
+    x = torch.randn(2, 4)
+    expected = model(x).detach()
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    disk = dict(offload_device="disk", computation_device="cpu")
+    enable_vram_management(model, LINEAR, disk, disk_map=_LoadOnlyMap(state))
+    assert model[0].weight.device.type == "meta"
+    assert torch.equal(model(x), expected)

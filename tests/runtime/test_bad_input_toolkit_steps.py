@@ -19,6 +19,9 @@ from flextensor_runtime import (
     TokenPruneState,
     enable_layerwise_cpu_offload,
     init_weights_on_device,
+    prune_tokens,
+    restore_tokens,
+    select_token_indices,
 )
 from flextensor_runtime.cache_config import parse_cache_spec
 from flextensor_runtime.errors import (
@@ -154,3 +157,38 @@ def test_token_prune_state_refuses_non_integer_indices(indices: torch.Tensor) ->
         TokenPruneError, match="is inconsistent; pass the state prune_tokens returned"
     ):
         TokenPruneState(indices, 0, 4, 8, 1)
+
+
+TOKENS = torch.randn(2, 8, 4, generator=torch.Generator().manual_seed(0))
+
+BAD_TOKEN_CALLS: list[tuple[str, Callable[[], object], type[Exception], str]] = [
+    ("seed past 64 bits",
+     lambda: select_token_indices(TOKENS, 0.5, method="random", random_seed=10**30),
+     ConfigError, "random_seed=1000000000000000000000000000000 is invalid"),
+    ("meta velocity",
+     lambda: select_token_indices(TOKENS, 0.5, method="velocity",
+                                  previous_velocity=torch.ones(2, 8, 4, device="meta")),
+     ConfigError, "previous_velocity on the meta device"),
+    ("meta compensation",
+     lambda: restore_tokens(*prune_tokens(TOKENS, 0.5),
+                            compensation=torch.ones(2, 8, 4, device="meta")),
+     TokenPruneError, "compensation is on the meta device"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "call, error, message", [c[1:] for c in BAD_TOKEN_CALLS], ids=[c[0] for c in BAD_TOKEN_CALLS]
+)
+def test_token_calls_refuse_values_without_data(
+    call: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_token_calls_accept_the_valid_neighbours() -> None:
+    picked = select_token_indices(TOKENS, 0.5, method="random", random_seed=-(2**63))
+    assert picked.shape == (4,) and bool((picked.diff() > 0).all())
+    compact, state = prune_tokens(TOKENS, 0.5)
+    restored = restore_tokens(compact, state, compensation=TOKENS)
+    assert torch.equal(restored, TOKENS)  # kept tokens scattered back, dropped ones compensated

@@ -11,6 +11,7 @@ Must not know: modules, wrappers, placements.
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
@@ -163,7 +164,7 @@ class DiskMap(Mapping[str, torch.Tensor]):
         self.buffer_size = int(buffer_size)
         self.materialized_elements = 0
         self.reopen_count = 0
-        self._handles: dict[Path, Any] = {}
+        self._handles: dict[Path, tuple[Any, tuple[int, int]]] = {}  # file -> (handle, stamp)
         self._files: dict[str, Path] = {}
         for file in _checkpoint_files(path):
             self._files.update(self._scan(file))
@@ -202,15 +203,18 @@ class DiskMap(Mapping[str, torch.Tensor]):
         return renamed
 
     def _open(self, file: Path) -> Any:
-        handle = self._handles.get(file)
-        if handle is None:
-            if not file.is_file():
-                raise DiskMapError(
-                    f"checkpoint shard {file} is missing or not a regular file: restore the file"
-                )
-            handle = _open_file(file)
-            self._handles[file] = handle
-        return handle
+        """The open handle of `file`, reopened when the file changed since it was opened:
+        reading a mapping of a file truncated underneath it kills the process (SIGBUS)."""
+        stamp = _stamp(file)
+        if stamp is None:
+            raise DiskMapError(
+                f"checkpoint shard {file} is missing or not a regular file: restore the file"
+            )
+        entry = self._handles.get(file)
+        if entry is None or entry[1] != stamp:
+            entry = (_open_file(file), stamp)  # checks the header against the new size
+            self._handles[file] = entry
+        return entry[0]
 
     def reopen(self) -> None:
         """Close every file; each is reopened on its next lookup (releases mapped pages)."""
@@ -238,7 +242,13 @@ class DiskMap(Mapping[str, torch.Tensor]):
         if self.materialized_elements >= self.buffer_size:
             self.reopen()
         handle = self._open(self._files[source])
-        stored = handle.get_tensor(source)
+        try:
+            stored = handle.get_tensor(source)
+        except Exception as exc:  # the file was rewritten without this tensor
+            raise DiskMapError(
+                f"tensor {source!r} can no longer be read from {self._files[source]} "
+                f"({type(exc).__name__}): the file changed; build a new DiskMap"
+            ) from exc
         dtype = torch_dtype or self.torch_dtype
         if dtype is None or not stored.is_floating_point():
             dtype = stored.dtype
@@ -303,6 +313,15 @@ class _TorchFile:
 
     def get_tensor(self, name: str) -> torch.Tensor:
         return self._tensors[name]
+
+
+def _stamp(file: Path) -> tuple[int, int] | None:
+    """(size, modification time) of a regular file; None when missing or not regular."""
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
 def _torch_load(file: Path) -> Any:

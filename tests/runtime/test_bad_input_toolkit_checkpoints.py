@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -262,3 +264,43 @@ def test_a_shard_that_is_a_pipe_is_refused_without_blocking(tmp_path: Path) -> N
     assert isinstance(lazy, ModelFileError) and "is not a regular file" in str(lazy)
     mapped = _outcome_within(lambda: DiskMap(index, "cpu"), 5.0)
     assert isinstance(mapped, DiskMapError) and "missing" in str(mapped)
+
+
+_TRUNCATE_AFTER_OPEN = """
+import os, sys
+import torch
+from safetensors.torch import save_file
+from flextensor_runtime import DiskMap
+from flextensor_runtime.errors import DiskMapError
+
+path = sys.argv[1]
+save_file({"w": torch.ones(256, 256)}, path)
+disk_map = DiskMap(path, "cpu")
+assert torch.equal(disk_map["w"], torch.ones(256, 256))
+os.truncate(path, 200)  # e.g. the checkpoint is being rewritten by another process
+try:
+    disk_map["w"]
+except DiskMapError as exc:
+    print("DiskMapError:", exc)
+save_file({"other": torch.ones(2)}, path)
+try:
+    disk_map["w"]
+except DiskMapError as exc:
+    print("DiskMapError:", exc)
+"""
+
+
+def test_a_checkpoint_changed_after_opening_is_an_error_not_a_bus_error(tmp_path: Path) -> None:
+    """Reading a memory mapping of a truncated file raises SIGBUS and kills the process; the
+    map notices the file changed and reopens it instead (run in a child process)."""
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", _TRUNCATE_AFTER_OPEN, str(tmp_path / "m.safetensors")],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    assert "file not fully covered" in lines[0]
+    assert "can no longer be read" in lines[1] and "build a new DiskMap" in lines[1]

@@ -93,9 +93,16 @@ def _checkpoint_files(path: PathLike | Sequence[PathLike]) -> list[Path]:
     return [p]
 
 
+def _check_dtype(dtype: object, what: str) -> None:
+    """None or a floating dtype: floating weights cast to an integer dtype lose their values."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError(
+            f"{what}={dtype!r} is invalid; pass a floating torch.dtype such as torch.float16"
+        )
+
+
 def _check_options(torch_dtype: object, converter: object, buffer_size: object) -> None:
-    if torch_dtype is not None and not isinstance(torch_dtype, torch.dtype):
-        raise ConfigError(f"DiskMap torch_dtype={torch_dtype!r} is invalid; pass a torch.dtype")
+    _check_dtype(torch_dtype, "DiskMap torch_dtype")
     if converter is not None and not callable(converter):
         raise ConfigError(
             f"DiskMap state_dict_converter={converter!r} is invalid; pass a callable "
@@ -229,10 +236,7 @@ class DiskMap(Mapping[str, torch.Tensor]):
         device: str | torch.device | None = None,
     ) -> torch.Tensor:
         """Read one tensor at `torch_dtype` (default: the map's) on `device` (default: the map's)."""
-        if torch_dtype is not None and not isinstance(torch_dtype, torch.dtype):
-            raise ConfigError(
-                f"DiskMap.load torch_dtype={torch_dtype!r} is invalid; pass a torch.dtype"
-            )
+        _check_dtype(torch_dtype, "DiskMap.load torch_dtype")
         source = self._sources.get(name)
         if source is None:
             raise DiskMapError(

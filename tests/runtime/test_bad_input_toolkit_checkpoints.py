@@ -164,6 +164,10 @@ BAD_OPTIONS: list[tuple[str, Callable[[Path], object], type[Exception], str]] = 
     ("empty file list", lambda p: DiskMap([], "cpu"), DiskMapError, "empty list"),
     ("load dtype a string", lambda p: DiskMap(p, "cpu").load("w", "float16"),  # type: ignore[arg-type]
      ConfigError, "torch_dtype='float16' is invalid"),
+    ("integer map dtype", lambda p: DiskMap(p, "cpu", torch_dtype=torch.int8), ConfigError,
+     "DiskMap torch_dtype=torch.int8 is invalid; pass a floating torch.dtype"),
+    ("integer load dtype", lambda p: DiskMap(p, "cpu").load("w", torch.int8), ConfigError,
+     "DiskMap.load torch_dtype=torch.int8 is invalid"),
     ("load device unknown", lambda p: DiskMap(p, "cpu").load("w", None, "gpux"), ConfigError,
      "DiskMap.load device 'gpux' is not a torch device"),
 ]  # fmt: skip

@@ -189,6 +189,9 @@ def cache_section_to_data(section: CacheSection) -> dict[str, Any]:
     return data
 
 
+MAX_SPEC_STEPS = 100_000  # skip steps one spec may list; real trajectories have < 10k
+
+
 def _parse_steps(text: str) -> list[int]:
     """'1,3,5' or ranges 'A-B' (inclusive) and strided 'A-B/K', mixed with commas."""
     steps: list[int] = []
@@ -207,7 +210,13 @@ def _parse_steps(text: str) -> list[int]:
             raise ConfigError(
                 f"cache spec skip range {part!r} is empty; write A-B/K with A<=B, K>=1"
             )
-        steps.extend(range(lo, hi + 1, step))
+        span_steps = range(lo, hi + 1, step)
+        if len(steps) + len(span_steps) > MAX_SPEC_STEPS:  # bound the list before building it
+            raise ConfigError(
+                f"cache spec skip range {part!r} lists more than {MAX_SPEC_STEPS} steps; a "
+                "denoising trajectory has far fewer: check the range"
+            )
+        steps.extend(span_steps)
     return steps
 
 

@@ -23,7 +23,7 @@ from torch import nn
 
 from flextensor_runtime.cache_config import AdaptiveResidualPolicy, CacheSection
 from flextensor_runtime.caches import AdaptiveResidualCache, FixedStepCache
-from flextensor_runtime.errors import CacheUsageError, InstallError
+from flextensor_runtime.errors import CacheUsageError, ConfigError, InstallError
 
 __all__ = ["CacheInstallation", "CacheReport", "install_cache"]
 
@@ -127,6 +127,11 @@ class CacheInstallation:
     """
 
     def __init__(self, model: nn.Module, section: CacheSection) -> None:
+        if not isinstance(model, nn.Module) or not isinstance(section, CacheSection):
+            raise ConfigError(
+                f"install_cache got {type(model).__name__} and {type(section).__name__}; pass "
+                "the model and a CacheSection (see parse_cache_section)"
+            )
         self.section = section
         try:
             self.module = model.get_submodule(section.module)

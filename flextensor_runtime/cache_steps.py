@@ -37,7 +37,7 @@ REASONS: Mapping[str, str] = MappingProxyType(
         "not-skipped": "step is not in `skip_steps`: computed",
         "no-seed": "no dense output stored yet (first call or after reset): computed",
         "autograd": "autograd is enabled: caches never replay under autograd, computed",
-        "signal-shape": "the signal changed shape since the last step: computed, accumulator reset",
+        "signal-shape": "the signal changed shape or device since the last step: computed, accumulator reset",
         "threshold": "accumulated change reached `threshold`: computed, accumulator reset",
         "hit-cap": "`max_consecutive_hits` replays in a row: computed, accumulator reset",
         "replayed": "hit: the last dense output was returned",

@@ -39,13 +39,18 @@ __all__ = ["AdaptiveResidualCache", "CacheEvent", "FixedStepCache"]
 T = TypeVar("T")
 
 
-def _check_float(name: str, value: object, minimum: float, *, strict: bool = False) -> float:
-    bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if bad or value != value or (value <= minimum if strict else value < minimum):  # type: ignore[operator]
+def _check_float(
+    name: str, value: object, minimum: float, *, strict: bool = False, finite: bool = False
+) -> float:
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    x = float(value) if number else float("nan")  # type: ignore[arg-type]
+    in_range = x > minimum if strict else x >= minimum  # False for NaN
+    if not in_range or (finite and abs(x) == float("inf")):
         relation = ">" if strict else ">="
-        wanted = "a number" if minimum == float("-inf") else f"a number {relation} {minimum}"
-        raise ConfigError(f"{name}={value!r} is invalid; pass {wanted}")
-    return float(value)  # type: ignore[arg-type]
+        bound = "" if minimum == float("-inf") else f" {relation} {minimum}"
+        kind = "a finite number" if finite else "a number"
+        raise ConfigError(f"{name}={value!r} is invalid; pass {kind}{bound}")
+    return x
 
 
 class _LoggedSteps:
@@ -93,10 +98,16 @@ class FixedStepCache(_LoggedSteps):
         check_count("dense_first", dense_first, 0)
         check_count("dense_last", dense_last, 0)
         self.skip_steps = steps
-        self.delta_scale = _check_float("delta_scale", delta_scale, float("-inf"))
+        self.delta_scale = _check_float("delta_scale", delta_scale, float("-inf"), finite=True)
         self.dense_first = dense_first
         self.dense_last = dense_last
         self._log = StepLog("FixedStepCache", total_steps)
+        unreachable = sorted(s for s in steps if total_steps is not None and s >= total_steps)
+        if unreachable:
+            raise ConfigError(
+                f"skip_steps {unreachable} are outside total_steps={total_steps}; pass step "
+                "indices in range(total_steps)"
+            )
         self._outputs: list[tuple[int, Any]] = []  # up to two (step, output), oldest first
 
     @property
@@ -181,7 +192,7 @@ class AdaptiveResidualCache(_LoggedSteps):
         check_count("max_consecutive_hits", max_consecutive_hits, 0)
         check_count("dense_last", dense_last, 0)
         check_count("subsample", subsample, 1)
-        self.eps = _check_float("eps", eps, 0.0, strict=True)
+        self.eps = _check_float("eps", eps, 0.0, strict=True, finite=True)
         self.warmup_steps = warmup_steps
         self.max_consecutive_hits = max_consecutive_hits
         self.dense_last = dense_last
@@ -219,6 +230,12 @@ class AdaptiveResidualCache(_LoggedSteps):
                 f"AdaptiveResidualCache.run got signal of type {type(signal).__name__} and "
                 f"compute_residual of type {type(compute_residual).__name__}; pass a tensor "
                 "signal and a zero-argument callable returning the residual tensor"
+            )
+        if isinstance(signal, torch.Tensor) and (signal.is_meta or signal.is_complex()):
+            what = "on the meta device, which holds no values" if signal.is_meta else "complex"
+            raise CacheUsageError(
+                f"AdaptiveResidualCache.run got a signal {what}; pass a real-valued tensor "
+                "(e.g. the timestep or the block input)"
             )
         total = self._log.begin(step, total_steps, self.dense_last)
         current = torch.as_tensor(signal).detach().reshape(-1)[:: self.subsample].clone()
@@ -259,7 +276,7 @@ class AdaptiveResidualCache(_LoggedSteps):
         """(reason to compute or None for a hit, accumulated change after this step)."""
         if previous is None or self._residual is None:
             return "no-seed", None
-        if previous.shape != current.shape:
+        if previous.shape != current.shape or previous.device != current.device:
             return "signal-shape", None
         accumulated = self._accumulated + self._change(current, previous)
         if not accumulated < self.threshold:  # NaN (a non-finite signal) computes too

@@ -11,6 +11,7 @@ Must not know: modules, wrappers, placements.
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
@@ -18,6 +19,7 @@ from typing import Any, Union
 import torch
 from safetensors import safe_open
 
+from flextensor_runtime.device_names import usable_device
 from flextensor_runtime.errors import ConfigError, DiskMapError
 
 __all__ = ["DiskMap"]
@@ -28,7 +30,7 @@ TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 StateDictConverter = Callable[[dict[str, str]], Mapping[str, str]]
 
 
-def _index_files(index: Path) -> dict[str, Path]:
+def _index_weight_map(index: Path) -> dict[str, str]:
     try:
         weight_map = json.loads(index.read_text())["weight_map"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -36,7 +38,27 @@ def _index_files(index: Path) -> dict[str, Path]:
             f"cannot read the weight_map of {index}: ({exc}); pass a valid "
             "model.safetensors.index.json"
         ) from exc
-    files = {name: index.parent / shard for name, shard in weight_map.items()}
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        raise DiskMapError(
+            f"the weight_map of {index} is not a {{tensor name: shard file}} object of strings: "
+            "pass a valid model.safetensors.index.json"
+        )
+    return weight_map
+
+
+def _index_files(index: Path) -> dict[str, Path]:
+    files = {}
+    for name, shard in _index_weight_map(index).items():
+        path = index.parent / shard
+        # a shard is a safetensors file next to the index; anything else is a hostile index
+        if Path(shard).name != shard or not shard.endswith(".safetensors"):
+            raise DiskMapError(
+                f"{index} maps {name!r} to shard {shard!r}: shards must be .safetensors files "
+                "in the index's folder; fix the index"
+            )
+        files[name] = path
     missing = sorted({str(f) for f in files.values() if not f.is_file()})
     if missing:
         raise DiskMapError(
@@ -48,6 +70,8 @@ def _index_files(index: Path) -> dict[str, Path]:
 
 def _checkpoint_files(path: PathLike | Sequence[PathLike]) -> list[Path]:
     if isinstance(path, (list, tuple)):
+        if not path:
+            raise DiskMapError("DiskMap got an empty list of checkpoint files: pass at least one")
         return [f for p in path for f in _checkpoint_files(p)]
     if not isinstance(path, (str, Path)):
         raise ConfigError(
@@ -69,19 +93,57 @@ def _checkpoint_files(path: PathLike | Sequence[PathLike]) -> list[Path]:
     return [p]
 
 
+def _check_dtype(dtype: object, what: str) -> None:
+    """None or a floating dtype: floating weights cast to an integer dtype lose their values."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError(
+            f"{what}={dtype!r} is invalid; pass a floating torch.dtype such as torch.float16"
+        )
+
+
 def _check_options(torch_dtype: object, converter: object, buffer_size: object) -> None:
-    if torch_dtype is not None and not isinstance(torch_dtype, torch.dtype):
-        raise ConfigError(f"DiskMap torch_dtype={torch_dtype!r} is invalid; pass a torch.dtype")
+    _check_dtype(torch_dtype, "DiskMap torch_dtype")
     if converter is not None and not callable(converter):
         raise ConfigError(
             f"DiskMap state_dict_converter={converter!r} is invalid; pass a callable "
             "{name: name} -> {new name: stored name}"
         )
     number = isinstance(buffer_size, (int, float)) and not isinstance(buffer_size, bool)
-    if not number or not buffer_size >= 1:  # type: ignore[operator]
+    if not number or not 1 <= buffer_size < float("inf"):  # type: ignore[operator]
         raise ConfigError(
-            f"DiskMap buffer_size={buffer_size!r} is invalid; pass a tensor element count >= 1"
+            f"DiskMap buffer_size={buffer_size!r} is invalid; pass a finite tensor element "
+            "count >= 1"
         )
+
+
+def _device(device: object, what: str) -> torch.device:
+    try:
+        resolved = torch.device(device)  # type: ignore[call-overload]
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"{what} {device!r} is not a torch device; pass 'cpu' or 'cuda'") from exc
+    return usable_device(resolved, what)
+
+
+def _converted(converter: StateDictConverter, identity: dict[str, str]) -> dict[str, str]:
+    try:
+        result = converter(identity)
+    except Exception as exc:  # the user's code: any error is a bad converter
+        raise ConfigError(
+            f"state_dict_converter raised {type(exc).__name__}: {exc}; fix the converter so it "
+            "maps {name: name} to {new name: stored name}"
+        ) from exc
+    if not isinstance(result, Mapping):
+        raise ConfigError(
+            f"state_dict_converter returned {type(result).__name__}; return a dict "
+            "{new name: stored name}"
+        )
+    bad = [(k, v) for k, v in result.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise ConfigError(
+            f"state_dict_converter returned the entry {bad[0][0]!r}: {bad[0][1]!r}; names and "
+            "stored names must both be str"
+        )
+    return dict(result)
 
 
 class DiskMap(Mapping[str, torch.Tensor]):
@@ -103,18 +165,13 @@ class DiskMap(Mapping[str, torch.Tensor]):
         buffer_size: int = 10**9,
     ) -> None:
         self.path = path
-        try:
-            self.device = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise ConfigError(
-                f"DiskMap device {device!r} is not a torch device; pass 'cpu' or 'cuda'"
-            ) from exc
+        self.device = _device(device, "DiskMap device")
         _check_options(torch_dtype, state_dict_converter, buffer_size)
         self.torch_dtype = torch_dtype
         self.buffer_size = int(buffer_size)
         self.materialized_elements = 0
         self.reopen_count = 0
-        self._handles: dict[Path, Any] = {}
+        self._handles: dict[Path, tuple[Any, tuple[int, int]]] = {}  # file -> (handle, stamp)
         self._files: dict[str, Path] = {}
         for file in _checkpoint_files(path):
             self._files.update(self._scan(file))
@@ -122,7 +179,15 @@ class DiskMap(Mapping[str, torch.Tensor]):
 
     def _scan(self, file: Path) -> dict[str, Path]:
         if file.name.endswith(".index.json"):
-            return _index_files(file)
+            files = _index_files(file)
+            stored = {shard: set(self._open(shard).keys()) for shard in set(files.values())}
+            for name, shard in files.items():  # headers only: no tensor is read
+                if name not in stored[shard]:
+                    raise DiskMapError(
+                        f"{file} maps {name!r} to {shard.name}, which does not hold it: fix the "
+                        "index or restore the shard"
+                    )
+            return files
         if file.suffix == ".safetensors":
             return dict.fromkeys(self._open(file).keys(), file)
         if file.suffix in TORCH_SUFFIXES:
@@ -135,13 +200,7 @@ class DiskMap(Mapping[str, torch.Tensor]):
         identity = {name: name for name in self._files}
         if converter is None:
             return identity
-        result = converter(identity)
-        if not isinstance(result, Mapping):
-            raise ConfigError(
-                f"state_dict_converter returned {type(result).__name__}; return a dict "
-                "{new name: stored name}"
-            )
-        renamed = dict(result)
+        renamed = _converted(converter, identity)
         for new, source in renamed.items():
             if source not in self._files:
                 raise DiskMapError(
@@ -151,13 +210,18 @@ class DiskMap(Mapping[str, torch.Tensor]):
         return renamed
 
     def _open(self, file: Path) -> Any:
-        handle = self._handles.get(file)
-        if handle is None:
-            if not file.is_file():
-                raise DiskMapError(f"checkpoint shard {file} is missing: restore the file")
-            handle = _open_file(file)
-            self._handles[file] = handle
-        return handle
+        """The open handle of `file`, reopened when the file changed since it was opened:
+        reading a mapping of a file truncated underneath it kills the process (SIGBUS)."""
+        stamp = _stamp(file)
+        if stamp is None:
+            raise DiskMapError(
+                f"checkpoint shard {file} is missing or not a regular file: restore the file"
+            )
+        entry = self._handles.get(file)
+        if entry is None or entry[1] != stamp:
+            entry = (_open_file(file), stamp)  # checks the header against the new size
+            self._handles[file] = entry
+        return entry[0]
 
     def reopen(self) -> None:
         """Close every file; each is reopened on its next lookup (releases mapped pages)."""
@@ -172,6 +236,7 @@ class DiskMap(Mapping[str, torch.Tensor]):
         device: str | torch.device | None = None,
     ) -> torch.Tensor:
         """Read one tensor at `torch_dtype` (default: the map's) on `device` (default: the map's)."""
+        _check_dtype(torch_dtype, "DiskMap.load torch_dtype")
         source = self._sources.get(name)
         if source is None:
             raise DiskMapError(
@@ -181,16 +246,34 @@ class DiskMap(Mapping[str, torch.Tensor]):
         if self.materialized_elements >= self.buffer_size:
             self.reopen()
         handle = self._open(self._files[source])
-        stored = handle.get_tensor(source)
+        try:
+            stored = handle.get_tensor(source)
+        except Exception as exc:  # the file was rewritten without this tensor
+            raise DiskMapError(
+                f"tensor {source!r} can no longer be read from {self._files[source]} "
+                f"({type(exc).__name__}): the file changed; build a new DiskMap"
+            ) from exc
         dtype = torch_dtype or self.torch_dtype
         if dtype is None or not stored.is_floating_point():
             dtype = stored.dtype
-        target = torch.device(device) if device is not None else self.device
+        target = _device(device, "DiskMap.load device") if device is not None else self.device
         # always a copy into owned, aligned memory: a view of the mapping would pin its pages
         # and unaligned operands change the CPU GEMM kernels (results no longer bit-exact)
         out = stored.to(device=target, dtype=dtype, copy=True)
         self.materialized_elements += out.numel()
         return out
+
+    def stored_layout(self, name: str) -> tuple[tuple[int, ...], bool]:
+        """(shape, is floating point) of tensor `name` as stored, read from the header only."""
+        source = self._sources.get(name)
+        if source is None:
+            raise DiskMapError(f"tensor {name!r} is not in checkpoint {self.path}")
+        handle = self._open(self._files[source])
+        if isinstance(handle, _TorchFile):
+            tensor = handle.get_tensor(source)
+            return tuple(tensor.shape), tensor.is_floating_point()
+        part = handle.get_slice(source)  # safetensors: header fields, no data read
+        return tuple(part.get_shape()), str(part.get_dtype()).startswith(("F", "BF"))
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.load(name)
@@ -219,10 +302,8 @@ class _TorchFile:
 
     def __init__(self, file: Path) -> None:
         try:
-            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError:  # legacy (non-zip) files cannot be memory-mapped
-            state = torch.load(file, map_location="cpu", weights_only=True)
-        except Exception as exc:
+            state = _torch_load(file)
+        except Exception as exc:  # torch raises many types for a damaged or unsafe file
             raise DiskMapError(
                 f"cannot load {file} with weights_only=True ({type(exc).__name__}): convert it to "
                 "safetensors"
@@ -236,6 +317,22 @@ class _TorchFile:
 
     def get_tensor(self, name: str) -> torch.Tensor:
         return self._tensors[name]
+
+
+def _stamp(file: Path) -> tuple[int, int] | None:
+    """(size, modification time) of a regular file; None when missing or not regular."""
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def _torch_load(file: Path) -> Any:
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # legacy (non-zip) files cannot be memory-mapped
+        return torch.load(file, map_location="cpu", weights_only=True)
 
 
 def _open_file(file: Path) -> Any:

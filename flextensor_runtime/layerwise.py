@@ -247,6 +247,9 @@ def enable_layerwise_cpu_offload(
     machines without CUDA or for a non-CUDA `device`.
     """
     _find_layers(model, layer_container)  # a bad argument fails on any machine
+    for flag, value in (("pin_memory", pin_memory), ("reuse_buffers", reuse_buffers)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{flag}={value!r} is invalid; pass True or False")
     try:
         target = torch.device(device) if device is not None else torch.device("cuda")
     except (RuntimeError, TypeError) as exc:

@@ -11,6 +11,7 @@ Must not know: profiles, schedules, traps, models.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -43,7 +44,45 @@ class StoredTensor:
     nbytes: int
 
 
+def _bad_header(path: Path, what: str) -> ModelFileError:
+    return ModelFileError(f"{path}: {what}; the header is damaged, re-save the checkpoint")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _stored(path: Path, name: str, info: object, data_start: int, body_bytes: int) -> StoredTensor:
+    """One header entry, checked so that a lying header can neither read outside the tensor
+    data nor make a reader allocate more than the file holds."""
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+        raise _bad_header(path, f"tensor {name!r} entry {info!r} lacks dtype/shape/data_offsets")
+    dtype = _DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
+    if dtype is None:
+        raise ModelFileError(
+            f"{path}: tensor {name!r} has unsupported dtype {info['dtype']!r}; convert the checkpoint"
+        )
+    shape, offsets = info["shape"], info["data_offsets"]
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise _bad_header(path, f"tensor {name!r} has shape {shape!r}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)):
+        raise _bad_header(path, f"tensor {name!r} has data_offsets {offsets!r}")
+    begin, end = offsets
+    nbytes = math.prod(shape) * dtype.itemsize
+    if not begin <= end <= body_bytes or end - begin != nbytes:
+        raise _bad_header(
+            path,
+            f"tensor {name!r} claims bytes [{begin}, {end}) for {nbytes} bytes of data, "
+            f"but the file holds {body_bytes}",
+        )
+    return StoredTensor(path, dtype, tuple(shape), data_start + begin, nbytes)
+
+
 def _read_header(path: Path) -> dict[str, StoredTensor]:
+    if path.exists() and not path.is_file():  # reading a pipe or a device would block
+        raise ModelFileError(
+            f"{path} is not a regular file (a folder, pipe or device); pass .safetensors files"
+        )
     try:
         with path.open("rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
@@ -51,23 +90,19 @@ def _read_header(path: Path) -> dict[str, StoredTensor]:
                 raise ModelFileError(
                     f"{path}: header of {n} bytes is not safetensors; pass a .safetensors file"
                 )
-            header: dict[str, Any] = json.loads(fh.read(n))
+            header: Any = json.loads(fh.read(n))
+        body_bytes = path.stat().st_size - 8 - n
     except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelFileError(
             f"{path}: cannot read a safetensors header ({exc}); pass a valid .safetensors file"
         ) from None
-    out: dict[str, StoredTensor] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _DTYPES.get(info["dtype"])
-        if dtype is None:
-            raise ModelFileError(
-                f"{path}: tensor {name!r} has unsupported dtype {info['dtype']!r}; convert the checkpoint"
-            )
-        begin, end = info["data_offsets"]
-        out[name] = StoredTensor(path, dtype, tuple(info["shape"]), 8 + n + begin, end - begin)
-    return out
+    if not isinstance(header, dict) or body_bytes < 0:
+        raise _bad_header(path, "the header is not a JSON object of tensors")
+    return {
+        name: _stored(path, name, info, 8 + n, body_bytes)
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
 
 
 class Checkpoint:
@@ -89,10 +124,17 @@ class Checkpoint:
         if p.name.endswith(".json"):
             try:
                 weight_map = json.loads(p.read_text())["weight_map"]
-            except (OSError, KeyError, json.JSONDecodeError) as exc:
+            except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
                 raise ModelFileError(
                     f"{p}: not a sharded safetensors index ({exc}); pass the index json"
                 ) from None
+            if not isinstance(weight_map, dict) or not all(
+                isinstance(v, str) and Path(v).name == v for v in weight_map.values()
+            ):  # a shard outside the index's folder is a hostile index
+                raise ModelFileError(
+                    f"{p}: weight_map is not a {{tensor name: shard file name}} object of files "
+                    "next to the index; pass the index json"
+                )
             for shard in sorted(set(weight_map.values())):
                 self.tensors.update(_read_header(p.parent / shard))
         else:
@@ -104,7 +146,12 @@ class Checkpoint:
 
     def check_shape(self, name: str, shape: tuple[int, ...]) -> None:
         """Raise `ModelFileError` unless tensor `name` is stored with `shape`."""
-        st = self.tensors[name]
+        st = self.tensors.get(name)
+        if st is None:
+            raise ModelFileError(
+                f"checkpoint {self.path} has no tensor {name!r}; pass the checkpoint this model "
+                "was built for"
+            )
         if tuple(shape) != st.shape:
             raise ModelFileError(
                 f"checkpoint tensor {name!r} has shape {list(st.shape)} but the model expects "

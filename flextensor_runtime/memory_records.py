@@ -80,14 +80,16 @@ class MemoryQuery:
             raise ConfigError(f"MemoryQuery top_k={k!r} is invalid; pass an integer >= 0 or None")
         for name, types in _QUERY_TYPES.items():
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            bad_type = isinstance(value, bool) or not isinstance(value, types)
+            if value is not None and (bad_type or value != value):  # NaN bounds match nothing
                 raise ConfigError(
                     f"MemoryQuery {name}={value!r} is invalid; pass {_QUERY_WANTED[name]} or None"
                 )
 
 
 def _is_number(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float))
+    """An int or float that orders against others (NaN would scramble every ranking)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value == value
 
 
 def _words(text: str) -> set[str]:
@@ -253,7 +255,7 @@ class MemoryStore:
         for name in ("timestamp", "score"):
             if data[name] is not None and not _is_number(data[name]):
                 raise ConfigError(
-                    f"memory record {name}={data[name]!r} is invalid; pass a number or None"
+                    f"memory record {name}={data[name]!r} is invalid; pass a number (not NaN) or None"
                 )
         data["metadata"] = dict(data["metadata"])
         return data

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from flextensor_runtime.device_names import usable_device
 from flextensor_runtime.errors import ConfigError
 
 __all__ = ["init_weights_on_device", "skip_model_initialization"]
@@ -60,6 +61,11 @@ def init_weights_on_device(
             f"init_weights_on_device got device={device!r}, which is not a torch device; pass "
             "'meta' (the default), 'cpu' or 'cuda'"
         ) from exc
+    usable_device(device, "init_weights_on_device")  # fail here, not in the model's __init__
+    if not isinstance(include_buffers, bool):
+        raise ConfigError(
+            f"init_weights_on_device got include_buffers={include_buffers!r}; pass True or False"
+        )
     register_parameter = nn.Module.register_parameter
 
     def register_on_device(module: nn.Module, name: str, param: nn.Parameter | None) -> None:

@@ -58,6 +58,7 @@ class TokenPruneState:
     def __post_init__(self) -> None:
         seg_len = self.end - self.start
         ok = isinstance(self.indices, torch.Tensor) and self.indices.dim() == 1
+        ok = ok and not self.indices.is_floating_point() and not self.indices.is_complex()
         ok = ok and 0 <= self.start < self.end <= self.full_length and self.seq_dim >= 0
         if ok and self.indices.numel() and self.indices.device.type == "cpu":  # no host sync
             ok = int(self.indices.min()) >= 0 and int(self.indices.max()) < seg_len
@@ -155,8 +156,10 @@ def select_token_indices(
     if k == length:
         return torch.arange(length, device=device)
     if kind is TokenScoreMethod.RANDOM:
-        if not _is_index(random_seed):
-            raise ConfigError(f"random_seed={random_seed!r} is invalid; pass an int")
+        if not _is_index(random_seed) or not -(2**63) <= random_seed < 2**63:
+            raise ConfigError(
+                f"random_seed={random_seed!r} is invalid; pass an int that fits in 64 bits"
+            )
         generator = torch.Generator().manual_seed(random_seed)
         chosen = torch.randperm(length, generator=generator)[:k]
         return chosen.sort().values.to(device)
@@ -172,6 +175,11 @@ def select_token_indices(
             raise ConfigError(
                 f"method 'velocity' needs previous_velocity with {length} tokens on dim {dim}, "
                 f"got {got}; pass the previous step's velocity for the same tokens"
+            )
+        if velocity.is_meta and not hidden_states.is_meta:
+            raise ConfigError(
+                "method 'velocity' got previous_velocity on the meta device, which holds no "
+                "values; pass the previous step's real velocity"
             )
         scores = _token_norms(velocity.to(device), dim)
     else:
@@ -239,6 +247,11 @@ def _base_segment(
         raise TokenPruneError(
             f"compensation of shape {tuple(compensation.shape)} does not fit segment shape "
             f"{tuple(shape)}; pass the previous full sequence or segment in the original layout"
+        )
+    if comp.is_meta and not processed.is_meta:
+        raise TokenPruneError(
+            "compensation is on the meta device, which holds no values; pass the previous "
+            "step's real sequence or None to zero-fill"
         )
     return comp.to(device=processed.device, dtype=processed.dtype)
 

@@ -25,6 +25,8 @@ def align_conditioning(op: str, name: str, cond: torch.Tensor, shape: torch.Size
     """
     if not isinstance(cond, torch.Tensor):
         raise ConfigError(f"{op}: {name} must be a torch.Tensor, got {type(cond).__name__}")
+    if cond.is_complex():  # casting to the real compute dtype would drop the imaginary part
+        raise ConfigError(f"{op}: {name} must be real, got {cond.dtype}; pass a real tensor")
     aligned = cond
     if cond.dim() == 2 and len(shape) >= 3:
         aligned = cond.reshape(cond.shape[0], *([1] * (len(shape) - 2)), cond.shape[1])

@@ -44,8 +44,9 @@ def _check_args(x: torch.Tensor, eps: float, upcast: bool) -> None:
         raise ConfigError(
             f"{_OP}: x must be a floating tensor [..., D], got {got}; pass activations"
         )
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise ConfigError(f"{_OP}: eps must be a positive float, got {eps!r}; use e.g. 1e-6")
+    number = not isinstance(eps, bool) and isinstance(eps, (int, float))
+    if not number or not 0 < eps < float("inf"):  # inf would normalise every row to 0
+        raise ConfigError(f"{_OP}: eps must be a positive finite float, got {eps!r}; use e.g. 1e-6")
     if not isinstance(upcast, bool):
         raise ConfigError(f"{_OP}: upcast must be True or False, got {upcast!r}")
 

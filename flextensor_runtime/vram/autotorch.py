@@ -142,7 +142,10 @@ class AutoTorchModule(nn.Module):
 
     # -- managed parameters (subclasses choose the root) ----------------------------------
     def _managed_root(self) -> nn.Module:
-        raise NotImplementedError
+        raise VramManagementError(
+            f"{type(self).__name__} manages no module: AutoTorchModule is the base state "
+            "machine; use AutoWrappedLinear or AutoWrappedModule, or override _managed_root"
+        )
 
     def _managed(self) -> dict[str, torch.Tensor]:
         return managed_parameters(self._managed_root(), self._recurse_params)
@@ -177,6 +180,8 @@ class AutoTorchModule(nn.Module):
     def _move_stored(self, target: Placement) -> None:
         """Make `target` the placement of the stored parameters (no-op when already there)."""
         if self.holds(target):
+            return
+        if self.stored is None and not self._managed():  # nothing to move (base: raises)
             return
         if target.on_disk:
             new = {n: torch.empty_like(p, device="meta") for n, p in self._managed().items()}

@@ -16,7 +16,9 @@ from typing import Any
 
 from torch import nn
 
+from flextensor_runtime.deploy import _HANDLE_ATTR as PROFILE_MARK
 from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.module import AutoWrappedNonRecurseModule
 from flextensor_runtime.vram.placement import resolve_stages
@@ -75,6 +77,21 @@ def _check_model(model: object) -> None:
         )
 
 
+def _check_not_offloaded(model: nn.Module) -> None:
+    """Wrappers would replace modules whose weights another offloader streams (its traps or
+    hooks would no longer run, and the wrappers would read weights it keeps elsewhere)."""
+    if PROFILE_MARK in model.__dict__:
+        raise VramManagementError(
+            f"this {type(model).__name__} is offloaded by offload_from_profile: call "
+            "handle(model).remove() first, or put the wrappers in the profile's vram section"
+        )
+    if LAYERWISE_MARK in model.__dict__:
+        raise VramManagementError(
+            f"this {type(model).__name__} has layer-wise CPU offload: call disable() on its "
+            "LayerwiseOffloadHandle first"
+        )
+
+
 def _check_module_map(module_map: Mapping[Any, Any]) -> None:
     if not isinstance(module_map, Mapping) or not module_map:
         raise ConfigError(
@@ -104,6 +121,7 @@ def fill_vram_config(model: nn.Module, vram_config: Mapping[str, Any]) -> dict[s
     A module wrapped whole has no finer unit to stream, so its onload and preparing stages
     become the computation placement; the offload stage is kept. Warns when that changes it.
     """
+    _check_model(model)
     filled = _check_config(vram_config, "vram_config", values=False)  # keys only: no device check
     for stage in ("onload", "preparing"):
         filled[f"{stage}_dtype"] = filled.get("computation_dtype")
@@ -202,6 +220,11 @@ def _make_plan(
         overflow = _check_config(overflow_vram_config, "overflow_vram_config")
     options = dict(options)
     config_for = options.pop("vram_config_for", None)
+    if config_for is not None and not callable(config_for):
+        raise ConfigError(
+            f"vram_config_for={config_for!r} is invalid; pass a callable (module name, "
+            "checkpoint keys) -> placement dict or None"
+        )
     return _WrapPlan(
         module_map, config, overflow, max_num_param, vram_limit, disk_map, options, config_for
     )
@@ -222,6 +245,7 @@ def enable_vram_management_recursively(
     """Replace matching descendants with lifecycle-aware wrappers; return the running count
     of wrapped parameter elements (`total_num_param` plus those wrapped here)."""
     _check_model(model)
+    _check_not_offloaded(model)
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
@@ -254,6 +278,7 @@ def enable_vram_management(
             f"VRAM management is already enabled on this {type(model).__name__}: call "
             "enable_vram_management once, on a freshly built model"
         )
+    _check_not_offloaded(model)
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.errors import ConfigError, VramManagementError
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.fp8 import fp8_matmul, is_float8
 from flextensor_runtime.vram.lora import LoraAdapter, LoraMerger, apply_loras, check_adapter
@@ -113,7 +113,27 @@ class AutoWrappedLinear(AutoTorchModule):
         """Dense GEMM, or the FP8 scaled path when `computation_dtype` is float8."""
         if is_float8(self.computation_dtype):
             return self.fp8_linear(x, weight, bias)
+        self._check_input(x, weight)
         return F.linear(x, weight, bias)
+
+    def _check_input(self, x: torch.Tensor, weight: torch.Tensor) -> None:
+        """One-line errors naming this module instead of a GEMM error from deep inside torch."""
+        if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] != self.in_features:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise VramManagementError(
+                f"AutoWrappedLinear {self.name!r} got input {got}; pass a tensor [..., "
+                f"{self.in_features}]"
+            )
+        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise VramManagementError(
+                f"AutoWrappedLinear {self.name!r} got a {x.dtype} input but computes in "
+                f"{weight.dtype}; cast the input to {weight.dtype} or set computation_dtype"
+            )
+        if x.device != weight.device:
+            raise VramManagementError(
+                f"AutoWrappedLinear {self.name!r} got an input on {x.device} but computes on "
+                f"{weight.device}; move the input to {weight.device}"
+            )
 
     def add_lora(self, lora_A: torch.Tensor, lora_B: torch.Tensor, scale: float = 1.0) -> None:
         """Attach an adapter: A [r, in_features], B [out_features, r], delta x·Aᵀ·Bᵀ·scale."""

@@ -12,7 +12,8 @@ from typing import Protocol, Union
 
 import torch
 
-from flextensor_runtime.errors import BackendUnavailableError, ConfigError
+from flextensor_runtime.device_names import usable_device
+from flextensor_runtime.errors import ConfigError
 
 __all__ = [
     "DISK",
@@ -68,27 +69,24 @@ def _device_name(device: DeviceLike | None) -> str | None:
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ConfigError(
-            f"invalid device {device!r}: use 'cpu', 'cuda', 'cuda:N', 'meta' or 'disk'"
+            f"invalid device {device!r}: use 'cpu', 'cuda', 'cuda:N' or 'disk'"
         ) from exc
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise BackendUnavailableError(
-            f"device {device!r} needs CUDA, which this machine lacks: use 'cpu' placements here"
-        )
-    if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
+    if resolved.type == "meta":  # weights moved to meta lose their values
         raise ConfigError(
-            f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} "
-            "CUDA device(s)"
+            f"device {device!r} is invalid for a placement: meta holds no data; keep weights "
+            "off-device with 'disk' and a disk_map, or use 'cpu'"
         )
+    usable_device(resolved, "placement")
     if resolved.type == "cuda" and resolved.index is None:
         resolved = torch.device("cuda", torch.cuda.current_device())  # as parameters report it
     return str(resolved)
 
 
 def _dtype(dtype: object, key: str) -> torch.dtype | None:
-    if dtype is None or isinstance(dtype, torch.dtype):
+    if dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         return dtype
     raise ConfigError(
-        f"invalid {key} {dtype!r}: pass a torch.dtype such as torch.bfloat16, or None"
+        f"invalid {key} {dtype!r}: pass a floating torch.dtype such as torch.bfloat16, or None"
     )
 
 
@@ -143,5 +141,6 @@ class TorchMemoryReader:
 
 
 def limit_bytes(vram_limit_gib: float) -> int:
-    """`vram_limit` is in GiB (as in the reference API); return it in bytes."""
-    return int(vram_limit_gib * GIB)
+    """`vram_limit` is in GiB (as in the reference API); return it in bytes (inf: no limit,
+    read as the largest int64 byte count)."""
+    return int(min(vram_limit_gib * GIB, float(2**63 - 1)))

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.errors import ConfigError, DiskMapError, VramManagementError
 from flextensor_runtime.vram.fp8 import FP8_BACKENDS
 from flextensor_runtime.vram.placement import DISK, Placement, StagePlacements
 
-__all__ = ["WRAPPER_OPTIONS", "check_options", "initial_placement"]
+__all__ = ["WRAPPER_OPTIONS", "check_checkpoint", "check_options", "initial_placement"]
 
 WRAPPER_OPTIONS = ("memory_reader", "fp8_backend")
 
@@ -54,11 +54,36 @@ def initial_placement(
         raise VramManagementError(
             f"module {name!r} has parameters on several devices {devices}: move it to one first"
         )
+    if first.device.type == "meta" and disk_map is None:
+        raise VramManagementError(
+            f"module {name!r} has meta parameters and no disk_map: pass disk_map= so its "
+            "weights can be loaded from the checkpoint"
+        )
+    if first.device.type == "meta" or any(p.on_disk for p in tiers):
+        check_checkpoint(params, disk_map, name)  # before any weight is dropped to meta
     if first.device.type == "meta":
-        if disk_map is None:
-            raise VramManagementError(
-                f"module {name!r} has meta parameters and no disk_map: pass disk_map= so its "
-                "weights can be loaded from the checkpoint"
-            )
         return Placement(None, DISK)
     return Placement(first.dtype, str(first.device))
+
+
+def check_checkpoint(params: Mapping[str, torch.Tensor], disk_map: Any, name: str) -> None:
+    """Every managed tensor of module `name` is in `disk_map`, with its shape and kind."""
+    if not hasattr(disk_map, "__contains__"):  # a duck-typed map with load() only
+        return
+    for local, param in params.items():
+        key = f"{name}.{local}" if name else local
+        if key not in disk_map:
+            raise DiskMapError(
+                f"module {name!r} keeps {local!r} on the disk tier but the checkpoint has no "
+                f"tensor {key!r}: pass the checkpoint of this model or a state_dict_converter"
+            )
+        layout = getattr(disk_map, "stored_layout", None)
+        if layout is None:  # a duck-typed map: names only
+            continue
+        shape, floating = layout(key)
+        if shape != tuple(param.shape) or floating != param.is_floating_point():
+            kind = "floating" if floating else "integer"
+            raise DiskMapError(
+                f"checkpoint tensor {key!r} is {kind} {list(shape)} but module {name!r} needs "
+                f"{param.dtype} {list(param.shape)}: pass the checkpoint of this model"
+            )

@@ -175,7 +175,7 @@ def test_repeated_dense_step_replaces_its_output_before_extrapolating() -> None:
 
 
 def test_nan_delta_scale_message_asks_for_a_number() -> None:
-    with pytest.raises(ConfigError, match=r"delta_scale=nan is invalid; pass a number$"):
+    with pytest.raises(ConfigError, match=r"delta_scale=nan is invalid; pass a finite number$"):
         FixedStepCache(delta_scale=float("nan"))
 
 

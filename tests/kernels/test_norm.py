@@ -122,7 +122,7 @@ def test_bad_conditioning_shape_raises(scale_shape: tuple[int, ...], fragment: s
 
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
-    [({"eps": 0.0}, "eps must be a positive float"), ({"eps": True}, "got True"),
+    [({"eps": 0.0}, "eps must be a positive finite float"), ({"eps": True}, "got True"),
      ({"backend": "cuda"}, "unknown backend")],
 )  # fmt: skip
 def test_bad_options_raise(kwargs: dict, fragment: str) -> None:

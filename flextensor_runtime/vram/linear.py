@@ -113,11 +113,15 @@ class AutoWrappedLinear(AutoTorchModule):
         """Dense GEMM, or the FP8 scaled path when `computation_dtype` is float8."""
         if is_float8(self.computation_dtype):
             return self.fp8_linear(x, weight, bias)
-        self._check_input(x, weight)
-        return F.linear(x, weight, bias)
+        try:
+            return F.linear(x, weight, bias)
+        except (RuntimeError, TypeError):
+            self._explain_input(x, weight)  # raises when the input is the cause
+            raise
 
-    def _check_input(self, x: torch.Tensor, weight: torch.Tensor) -> None:
-        """One-line errors naming this module instead of a GEMM error from deep inside torch."""
+    def _explain_input(self, x: torch.Tensor, weight: torch.Tensor) -> None:
+        """After a failed GEMM (never on the fast path): a one-line error naming this module when
+        the input's width, dtype or device is the cause, instead of torch's from deep inside."""
         if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] != self.in_features:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise VramManagementError(

@@ -23,10 +23,12 @@ from flextensor_runtime.cache_section import cache_section_from_extensions, inst
 from flextensor_runtime.errors import BudgetError, ConfigError, ProfileFormatError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.install import Deployment, install
+from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
 from flextensor_runtime.lazy_load import Checkpoint
 from flextensor_runtime.manual import current_model
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
+from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.vram_section import VramSection, vram_section_from_extensions
 
 __all__ = ["OffloadHandle", "handle", "load_profile", "offload_from_profile", "print_report"]
@@ -180,6 +182,23 @@ def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> N
     h.cache = install_cache(model, cache) if cache is not None else None
 
 
+def _check_no_other_offloader(model: nn.Module) -> None:
+    """The profile's traps would run beside VRAM wrappers or layer-wise offload that keep the
+    same weights elsewhere (the reverse of `enable_vram_management`'s check)."""
+    if LAYERWISE_MARK in model.__dict__:
+        raise ConfigError(
+            f"this {type(model).__name__} has layer-wise CPU offload: call disable() on its "
+            "LayerwiseOffloadHandle before offload_from_profile"
+        )
+    wrapped = next((n for n, m in model.named_modules() if isinstance(m, AutoTorchModule)), None)
+    if wrapped is not None:
+        raise ConfigError(
+            f"this {type(model).__name__} has VRAM management wrappers ({wrapped or 'the model'}"
+            " is one): offload_from_profile would manage the same weights; build the model "
+            "without them, or put them in the profile's vram section"
+        )
+
+
 def _checked_arguments(model: Any, path: Any) -> Profile:
     """The validated profile, after checking that `model` can take one."""
     if not isinstance(model, nn.Module):
@@ -192,6 +211,7 @@ def _checked_arguments(model: Any, path: Any) -> Profile:
             f"{type(model).__name__} already has an offload profile installed; call "
             "handle(model).remove() first"
         )
+    _check_no_other_offloader(model)
     if not isinstance(path, (str, os.PathLike, Profile)):
         raise ConfigError(
             f"offload_from_profile needs a profile path or a Profile, got {type(path).__name__}; "

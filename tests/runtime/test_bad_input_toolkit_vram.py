@@ -202,3 +202,15 @@ def test_a_load_only_disk_map_still_works() -> None:
     enable_vram_management(model, LINEAR, disk, disk_map=_LoadOnlyMap(state))
     assert model[0].weight.device.type == "meta"
     assert torch.equal(model(x), expected)
+
+
+def test_a_wrapped_model_is_not_offloaded_from_a_profile_too() -> None:
+    """The reverse: the profile's traps would run beside wrappers keeping the weights elsewhere."""
+    model = build_model()
+    enable_vram_management(model, LINEAR, CPU)
+    before = snapshot(model)
+    expected = _tiny_out(model)
+    with pytest.raises(ConfigError, match="has VRAM management wrappers"):
+        offload_from_profile(model, PROFILE, backend=CpuBackend())
+    assert_same(model, before)
+    assert torch.equal(_tiny_out(model), expected)

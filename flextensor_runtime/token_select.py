@@ -131,6 +131,30 @@ def _token_norms(tensor: torch.Tensor, seq_dim: int) -> torch.Tensor:
     return tensor.detach().movedim(seq_dim, 0).reshape(length, -1).float().norm(dim=1)  # [L]
 
 
+def _checked_velocity(
+    velocity: object, hidden_states: torch.Tensor, dim: int, length: int
+) -> torch.Tensor:
+    """`previous_velocity` for the 'velocity' method: a real tensor with `length` tokens."""
+    if (
+        not isinstance(velocity, torch.Tensor)
+        or velocity.dim() <= dim
+        or velocity.shape[dim] != length
+    ):
+        got = (
+            tuple(velocity.shape) if isinstance(velocity, torch.Tensor) else type(velocity).__name__
+        )
+        raise ConfigError(
+            f"method 'velocity' needs previous_velocity with {length} tokens on dim {dim}, "
+            f"got {got}; pass the previous step's velocity for the same tokens"
+        )
+    if velocity.is_meta and not hidden_states.is_meta:
+        raise ConfigError(
+            "method 'velocity' got previous_velocity on the meta device, which holds no "
+            "values; pass the previous step's real velocity"
+        )
+    return velocity
+
+
 def select_token_indices(
     hidden_states: torch.Tensor,
     keep_ratio: float,
@@ -164,23 +188,7 @@ def select_token_indices(
         chosen = torch.randperm(length, generator=generator)[:k]
         return chosen.sort().values.to(device)
     if kind is TokenScoreMethod.VELOCITY:
-        velocity = previous_velocity
-        if (
-            not isinstance(velocity, torch.Tensor)
-            or velocity.dim() <= dim
-            or velocity.shape[dim] != length
-        ):
-            is_tensor = isinstance(velocity, torch.Tensor)
-            got = tuple(velocity.shape) if is_tensor else type(velocity).__name__  # type: ignore[union-attr]
-            raise ConfigError(
-                f"method 'velocity' needs previous_velocity with {length} tokens on dim {dim}, "
-                f"got {got}; pass the previous step's velocity for the same tokens"
-            )
-        if velocity.is_meta and not hidden_states.is_meta:
-            raise ConfigError(
-                "method 'velocity' got previous_velocity on the meta device, which holds no "
-                "values; pass the previous step's real velocity"
-            )
+        velocity = _checked_velocity(previous_velocity, hidden_states, dim, length)
         scores = _token_norms(velocity.to(device), dim)
     else:
         scores = _token_norms(hidden_states, dim)

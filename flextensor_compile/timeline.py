@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flextensor_compile.solve import BandwidthModel, CopyJob, Simulation, simulate
+from flextensor_compile.units import printable
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import DeviceSpec, Profile
 
@@ -76,5 +77,4 @@ def plot_timeline(profile: Profile, path: str | os.PathLike[str]) -> Path:
 def _plain(text: str) -> str:
     """`text` drawn as written: control characters as escapes (no font has them) and `$`
     escaped (matplotlib would read `$...$` as math)."""
-    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-    return shown.replace("$", r"\$")
+    return printable(text).replace("$", r"\$")

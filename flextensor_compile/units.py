@@ -1,6 +1,7 @@
-"""Human sizes and rates: parsing `6GiB`, `24GB/s`, and printing bytes for people.
+"""Human sizes and rates: parsing `6GiB`, `24GB/s`, and printing bytes and text for people.
 
-Owns: the unit suffixes the CLI accepts and how sizes are shown. Must not know: torch, profiles.
+Owns: the unit suffixes the CLI accepts, how sizes are shown, and text from files shown as
+written (control characters as escapes). Must not know: torch, profiles.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import re
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["format_bytes", "format_rate", "parse_rate", "parse_size"]
+__all__ = ["format_bytes", "format_rate", "parse_rate", "parse_size", "printable"]
 
 _UNITS = {
     "": 1, "b": 1,
@@ -63,3 +64,9 @@ def format_bytes(n: int | float | None) -> str:
 def format_rate(bytes_per_s: float) -> str:
     """24e9 -> "24.0 GB/s" (decimal units, as bandwidths are usually quoted)."""
     return f"{bytes_per_s / 1e9:.1f} GB/s"
+
+
+def printable(text: object) -> str:
+    """`text` with control characters shown as escapes (`\\x1b`), so a terminal or a font never
+    acts on them."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))

@@ -18,15 +18,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flextensor_compile.units import format_bytes, format_rate
+from flextensor_compile.units import format_bytes, format_rate, printable
 
 __all__ = ["err_console", "out_console", "print_json", "render_inspect", "safe", "sweep_table"]
 
 
 def safe(text: object) -> str:
     """`text` as literal console text: markup escaped, control characters shown as escapes."""
-    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
-    return escape(shown)
+    return escape(printable(text))
 
 
 _PIPE_WIDTH = 200  # piped output (logs, grep) is not cropped or wrapped at 80 columns

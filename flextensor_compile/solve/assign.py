@@ -53,9 +53,16 @@ class Assignment:
 
 
 def assign_blocks(
-    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, num_blocks: int, mode: str
+    traps: tuple[int, ...],
+    sizes: tuple[int, ...],
+    n_traps: int,
+    num_blocks: int,
+    mode: str,
+    min_blocks: int = 1,
 ) -> Assignment | None:
-    """Assign transfers (trap orders ascending, packed sizes) to at most `num_blocks` blocks.
+    """Assign transfers (trap orders ascending, packed sizes) to at most `num_blocks` blocks,
+    and to at least `min_blocks` when there are that many transfers (an order that leaves
+    blocks unused is then passed over for the next).
 
     Returns None when no schedule exists with that many blocks (a block would be reused by two
     adjacent traps, leaving no trap at whose entry the copy could be issued).
@@ -66,16 +73,24 @@ def assign_blocks(
     if n_traps < 2 or num_blocks < 1:
         return None
     k = min(num_blocks, m)
+    least = min(min_blocks, m)
+    if least > k:
+        return None
     for order in _tries(mode):
-        blocks = order(traps, sizes, n_traps, k)
+        blocks = order(traps, sizes, n_traps, k, least)
         done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
-        if done is not None:
+        if done is not None and len(done.block_bytes) >= least:
             return done
     return None
 
 
 def assigned_bytes(
-    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, num_blocks: int, mode: str
+    traps: tuple[int, ...],
+    sizes: tuple[int, ...],
+    n_traps: int,
+    num_blocks: int,
+    mode: str,
+    min_blocks: int = 1,
 ) -> int | None:
     """The total block bytes of `assign_blocks` with the same arguments (None where it returns
     None), without building the schedule: what a memory check needs."""
@@ -85,23 +100,28 @@ def assigned_bytes(
     if n_traps < 2 or num_blocks < 1:
         return None
     k = min(num_blocks, m)
+    least = min(min_blocks, m)
+    if least > k:
+        return None
     for order in _tries(mode):
         total: int | None
-        if order is _strict:
+        if order is _strict:  # uses all k blocks
             total = _strict_bytes(traps, sizes, n_traps, k)
         elif order is _least_growth:  # its blocks always schedule (it checks both gaps)
-            grown = _grow(traps, sizes, n_traps, k)
-            total = None if grown is None else sum(grown[1])
+            grown = _grow(traps, sizes, n_traps, k, least)
+            used = grown is not None and sum(1 for b in grown[1] if b) >= least
+            total = sum(grown[1]) if grown is not None and used else None
         else:
-            blocks = order(traps, sizes, n_traps, k)
+            blocks = order(traps, sizes, n_traps, k, least)
             done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
-            total = None if done is None else sum(done.block_bytes)
+            used = done is not None and len(done.block_bytes) >= least
+            total = sum(done.block_bytes) if done is not None and used else None
         if total is not None:
             return total
     return None
 
 
-_Order = Callable[[tuple[int, ...], tuple[int, ...], int, int], "tuple[int, ...] | None"]
+_Order = Callable[[tuple[int, ...], tuple[int, ...], int, int, int], "tuple[int, ...] | None"]
 
 
 def _tries(mode: str) -> tuple[_Order, ...]:
@@ -128,28 +148,33 @@ def _strict_bytes(traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, 
 
 
 def _strict(
-    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int, least: int = 1
 ) -> tuple[int, ...] | None:
     return tuple(j % k for j in range(len(traps)))
 
 
 def _least_growth(
-    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int, least: int = 1
 ) -> tuple[int, ...] | None:
-    grown = _grow(traps, sizes, n_traps, k)
+    grown = _grow(traps, sizes, n_traps, k, least)
     return None if grown is None else _compact(grown[0])
 
 
 def _grow(
-    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int, least: int = 1
 ) -> tuple[list[int], list[int]] | None:
-    """Per transfer its block (each to the block that grows least), and the block sizes."""
-    return _grow_two(traps, sizes, n_traps) if k == 2 else _grow_any(traps, sizes, n_traps, k)
+    """Per transfer its block (each to the block that grows least), and the block sizes; when
+    that leaves fewer than `least` blocks in use, the first `least` transfers each open one."""
+    grown = _grow_two(traps, sizes, n_traps) if k == 2 else _grow_any(traps, sizes, n_traps, k)
+    if least < 2 or grown is None or sum(1 for b in grown[1] if b) >= least:
+        return grown
+    return _grow_any(traps, sizes, n_traps, k, least)
 
 
 def _grow_any(
-    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int, least: int = 1
 ) -> tuple[list[int], list[int]] | None:
+    opened = 0  # blocks in use: 0 .. opened - 1 (an unused block is chosen lowest first)
     size = [0] * k
     first_user = [-1] * k
     last_user = [-1] * k
@@ -158,7 +183,7 @@ def _grow_any(
     blocks = range(k)
     for j, (t, s) in enumerate(zip(traps, sizes, strict=True)):
         best, best_grow, best_used = -1, 0, 0  # least (growth, last use), the first on ties
-        for b in blocks:
+        for b in blocks if opened >= least else (opened,):
             last = last_user[b]
             if last >= 0 and (t - last < 2 or (first_user[b] - t) % n_traps < 2):
                 continue
@@ -171,6 +196,7 @@ def _grow_any(
             size[best] = s
         if first_user[best] < 0:
             first_user[best] = t
+            opened += 1
         last_user[best] = t
         used_at[best] = j
         out.append(best)
@@ -206,7 +232,7 @@ def _grow_two(
 
 
 def _size_classes(
-    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int
+    traps: tuple[int, ...], sizes: tuple[int, ...], n_traps: int, k: int, least: int = 1
 ) -> tuple[int, ...] | None:
     """Transfers over half the largest rotate over k - 1 blocks, the rest over one block, so a
     large copy can be issued two large transfers ahead while small ones do not grow the blocks."""

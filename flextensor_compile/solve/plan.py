@@ -134,7 +134,8 @@ def pick_memory(
         resident = problem.total_bytes - pick.streamed_bytes
         return resident + ring_need(problem, pick.slot_bytes) + problem.reserve_bytes
     traps, sizes = _packed(pick)
-    blocks = assigned_bytes(traps, sizes, len(problem.traps), num_blocks, order)
+    blocks = assigned_bytes(traps, sizes, len(problem.traps), num_blocks, order,
+                            problem.min_blocks)  # fmt: skip
     if blocks is None:
         return None
     resident = problem.total_bytes - pick.streamed_bytes
@@ -165,7 +166,7 @@ def build_plan(
     pick = cache.pick(problem, selection)
     traps, sizes = _packed(pick)
     n = len(problem.traps)
-    a = assign_blocks(traps, sizes, n, num_blocks, order)
+    a = assign_blocks(traps, sizes, n, num_blocks, order, problem.min_blocks)
     if a is None:
         return None
     bw = problem.bandwidth

@@ -20,6 +20,7 @@ from flextensor_compile.solve.problem import Problem
 __all__ = ["BISECT_STEPS", "fit_level", "peak_of", "smallest_memory"]
 
 BISECT_STEPS = 8
+_PROBES = 6  # levels tried below a top level that cannot be scheduled (down to hi / 4096)
 
 
 def peak_of(ctx: Context, pick: Pick, num_blocks: int, order: str) -> int | None:
@@ -56,7 +57,12 @@ def fit_level(
         return low
     best = select(hi)
     if not fits(best):
-        return None
+        if peak_of(ctx, best, num_blocks, order) is not None:
+            return None  # the most streaming still peaks over the budget
+        found = _schedulable(ctx, select, hi, low, best, fits)
+        if found is None:
+            return None
+        hi, best = found
     lo = 0.0
     for _ in range(BISECT_STEPS):
         mid = (lo + hi) / 2
@@ -73,6 +79,32 @@ def fit_level(
     assert mem is not None
     trimmed = _trim(ctx, mixed, budget - mem)
     return trimmed if trimmed is not mixed and fits(trimmed) else mixed
+
+
+def _schedulable(
+    ctx: Context,
+    select: Callable[[float], Pick],
+    hi: float,
+    low: Pick,
+    top: Pick,
+    fits: Callable[[Pick], bool],
+) -> tuple[float, Pick] | None:
+    """A level and a pick that fits, when the top level's pick cannot be scheduled (with few
+    blocks, every trap streaming leaves a block reused by adjacent traps: e.g. two blocks and an
+    odd number of traps). Tries `hi` / 4, / 16, ... (`_PROBES` levels), then the top pick with
+    one, two, ... (`_PROBES`) traps in spread order taking the lowest level's choice instead."""
+    level = hi
+    for _ in range(_PROBES):
+        level /= 4
+        pick = select(level)
+        if fits(pick):
+            return level, pick
+    n = len(low.selection)
+    for count in range(n - 1, max(0, n - 1 - _PROBES), -1):
+        pick = ctx.mix(low, top, count, ctx.spread[::-1])
+        if fits(pick):
+            return hi, pick
+    return None
 
 
 def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
@@ -110,7 +142,8 @@ def _by_block(ctx: Context, high: Pick, num_blocks: int, order: str) -> tuple[in
     first leaves the other blocks as small as the lower level's)."""
     traps = tuple(o for o, s in enumerate(high.slot_bytes) if s)
     sizes = tuple(high.slot_bytes[o] for o in traps)
-    a = assign_blocks(traps, sizes, len(high.slot_bytes), num_blocks, order)
+    a = assign_blocks(traps, sizes, len(high.slot_bytes), num_blocks, order,
+                      ctx.problem.min_blocks)  # fmt: skip
     block = [1 << 30] * len(high.slot_bytes)  # traps without a transfer come last
     if a is not None:
         for o, b in zip(traps, a.blocks, strict=True):
@@ -155,7 +188,7 @@ def _least_peak(problem: Problem, pick: Pick, num_blocks: int, order: str) -> in
         return pick_memory(problem, pick, num_blocks, order)
     traps = tuple(o for o, s in enumerate(pick.slot_bytes) if s)
     sizes = tuple(pick.slot_bytes[o] for o in traps)
-    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order)
+    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order, problem.min_blocks)
     if a is None or len(a.block_bytes) < min(problem.min_blocks, len(traps)):
         return None
     resident = problem.total_bytes - pick.streamed_bytes

@@ -12,7 +12,8 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flextensor_compile.solve import STRATEGIES, problem_from_stats, solve
+from flextensor_compile.solve import STRATEGIES, assign_blocks, problem_from_stats, solve
+from flextensor_compile.solve.assign import assigned_bytes
 from flextensor_compile.stats import Stats, TrapStat
 from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import PlanConfig
@@ -27,15 +28,6 @@ def _odd_stack(traps: int = 7) -> Stats:
     return Stats("odd", device(1e9), tuple(
         TrapStat(f"l{i}", 0.5, (tensor(f"l{i}.w", MIB_ELEMS),)) for i in range(traps)
     ))  # fmt: skip
-
-
-def _alternating(layers: int = 8) -> Stats:
-    """Large and small traps in turn (the small ones hold a tenth of the bytes)."""
-    traps = []
-    for i in range(layers):
-        elems = MIB_ELEMS if i % 2 else MIB_ELEMS // 10
-        traps.append(TrapStat(f"l{i}", 0.5, (tensor(f"l{i}.w", elems),)))
-    return Stats("alternating", device(1e9), tuple(traps))
 
 
 def test_two_blocks_and_an_odd_trap_count_fit_with_every_strategy() -> None:
@@ -53,15 +45,28 @@ def test_two_blocks_and_an_odd_trap_count_fit_with_every_strategy() -> None:
 
 
 def test_min_blocks_is_met_where_the_least_growth_order_uses_fewer() -> None:
-    stats = _alternating()
-    weights = total_bytes(stats)
-    # the four large tensors stream: least growth would put them in one or two blocks
-    budget = weights - 4 * (1 << 20) + 3 * (1 << 20) + 4096
-    for min_blocks in (2, 3):
-        config = PlanConfig(budget_bytes=budget, num_blocks=3, min_blocks=min_blocks)
-        plan = solve(problem_from_stats(stats, config))
-        assert len(plan.block_bytes) >= min_blocks
-        assert plan.peak_bytes <= budget
+    # least growth puts these four transfers in one block (each two traps from the last)
+    traps, sizes = (1, 3, 5, 7), (4096, 4096, 4096, 4096)
+    assert len(assign_blocks(traps, sizes, 8, 3, "least-growth").block_bytes) == 1
+    for least in (2, 3):
+        got = assign_blocks(traps, sizes, 8, 3, "least-growth", min_blocks=least)
+        assert got is not None and len(got.block_bytes) == least
+        assert assigned_bytes(traps, sizes, 8, 3, "least-growth", least) == least * 4096
+
+
+def test_min_blocks_three_fits_a_budget_that_three_blocks_allow() -> None:
+    # small and large traps in turn: before, the strategies fitted selections that least
+    # growth put in fewer than three blocks, every plan was refused, and the budget failed
+    spec = ((0.521, (66543, 116864, 80911)), (0.799, (1390368, 1196104)), (0.077, (177888,)),
+            (0.711, (1307576, 404416)), (0.906, (109968, 76798)), (0.074, (446808,)))  # fmt: skip
+    stats = Stats("mixed", device(1e8), tuple(
+        TrapStat(f"l{i}", ms, tuple(tensor(f"l{i}.{k}", e) for k, e in enumerate(elems)))
+        for i, (ms, elems) in enumerate(spec)
+    ))  # fmt: skip
+    budget = int(0.9 * total_bytes(stats))
+    plan = solve(problem_from_stats(stats, PlanConfig(budget_bytes=budget, min_blocks=3)))
+    assert len(plan.block_bytes) >= 3
+    assert plan.peak_bytes <= budget
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,9 @@ streamed weight's host copy (its true value) instead of the memory block it is a
 (`.half()`, `.double()`, `.to(...)`: `nn.Module._apply`) raise one `ConfigError` line before
 anything changes: blocks are refilled from the host copies taken at install, so a new value or
 dtype would be overwritten at the next copy and undone by `remove()`. A conversion that changes
-no profile tensor (`.to()` the device and dtype they already have) still runs.
+no profile tensor (`.to()` the device and dtype they already have) still runs. Pickling
+(`torch.save(model)`) and `copy.copy` / `copy.deepcopy` of any hooked module raise one
+`ConfigError` line too: a copy would share or lose the runtime's blocks, copy stream and hooks.
 Must not know: schedules, backends, profile files.
 """
 
@@ -23,6 +25,7 @@ from flextensor_runtime.errors import ConfigError
 
 __all__ = ["guard_weights"]
 
+_PATCHED = frozenset(("_apply", "__reduce_ex__", "__deepcopy__"))  # instance attributes set here
 _FIX = (
     "call handle(model).remove(), change the weights, then offload_from_profile(model, path) again"
 )
@@ -38,6 +41,22 @@ def _where(module: nn.Module, root: nn.Module) -> str:
 def _changes_a_bound_tensor(module: nn.Module, fn: Callable[[Any], Any], bound: set[int]) -> bool:
     tensors = itertools.chain(module.parameters(), module.buffers())
     return any(id(t) in bound and fn(t) is not t for t in tensors)
+
+
+class _RefuseCopy:
+    """Set as a module's `__reduce_ex__` and `__deepcopy__` (instance attributes, which pickle
+    and `copy` look up first): copying a deployed module fails with one line."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __call__(self, *args: Any) -> Any:
+        raise ConfigError(
+            f"copying or pickling {self.where}, which has an offload profile installed, is not "
+            "supported (its weights are views into memory blocks the runtime refills); save "
+            "model.state_dict() (it has the true weights), or call handle(model).remove() "
+            "first and deploy the copy with offload_from_profile"
+        )
 
 
 def _true_values(owned: dict[str, torch.Tensor]) -> Callable[..., None]:
@@ -84,16 +103,20 @@ def guard_weights(
     for path, module in model.named_modules(remove_duplicate=False):
         if path in owned:
             hooks.append(module.register_state_dict_post_hook(_true_values(owned[path])))
-    for module in model.modules():
+    root = type(model).__name__
+    for path, module in model.named_modules():
         hooks.append(module.register_load_state_dict_pre_hook(refuse_load))
-        if "_apply" not in module.__dict__:
-            module.__dict__["_apply"] = guarded_apply(module)
+        if not _PATCHED & module.__dict__.keys():
+            refuse = _RefuseCopy(f"{root}.{path}" if path else root)
+            module.__dict__.update(_apply=guarded_apply(module), __reduce_ex__=refuse,
+                                   __deepcopy__=refuse)  # fmt: skip
             patched.append(module)
 
     def undo() -> None:
         for hook in hooks:
             hook.remove()
         for module in patched:
-            module.__dict__.pop("_apply", None)
+            for name in _PATCHED:
+                module.__dict__.pop(name, None)
 
     return undo

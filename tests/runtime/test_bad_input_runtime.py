@@ -261,3 +261,38 @@ def test_state_dict_of_a_deployed_model_has_the_true_weights(tmp_path) -> None:
     assert all(torch.equal(saved[k], v) for k, v in expected.items())
     handle(model).remove()
     assert all(torch.equal(model.state_dict()[k], v) for k, v in expected.items())
+
+
+@pytest.mark.parametrize("kind", ["torch.save", "deepcopy", "copy"])
+def test_copying_a_deployed_model_is_one_error_and_works_after_remove(kind: str) -> None:
+    """`torch.save(model)` failed with "Can't pickle local object", and `copy.deepcopy` gave a
+    copy whose guards still acted on the original (`.half()` on it raised after its remove())."""
+    import copy
+    import io
+
+    def do(m: nn.Module) -> object:
+        if kind == "torch.save":
+            return torch.save(m, io.BytesIO())
+        return copy.deepcopy(m) if kind == "deepcopy" else copy.copy(m)
+
+    model = build_model()
+    before = snapshot(model)
+    offload_from_profile(model, PROFILE, backend=CpuBackend())
+    for target, where in (
+        (model, "TinyTransformer,"),
+        (model.blocks[1], "TinyTransformer.blocks.1,"),
+    ):
+        with pytest.raises(ConfigError, match="copying or pickling") as info:
+            do(target)
+        assert where in str(info.value) and "remove()" in str(info.value)
+        assert "state_dict()" in str(info.value)
+    output = _output(model)
+    assert output is not None
+    handle(model).remove()
+    assert not {"__reduce_ex__", "__deepcopy__", "_apply"} & model.__dict__.keys()
+    do(model)
+    assert_same(model, before)
+    if kind == "deepcopy":
+        twin = copy.deepcopy(model)
+        offload_from_profile(twin, PROFILE, backend=CpuBackend())
+        assert torch.equal(_output(twin), output)

@@ -68,6 +68,19 @@ def _true_values(owned: dict[str, torch.Tensor]) -> Callable[..., None]:
     return hook
 
 
+def _true_value_hooks(model: nn.Module, host_copies: dict[str, torch.Tensor]) -> list[Any]:
+    """`state_dict` post-hooks on each module owning a streamed tensor (see `_true_values`)."""
+    owned: dict[str, dict[str, torch.Tensor]] = {}
+    for name, host in host_copies.items():
+        path, _, local = name.rpartition(".")
+        owned.setdefault(path, {})[local] = host
+    return [
+        module.register_state_dict_post_hook(_true_values(owned[path]))
+        for path, module in model.named_modules(remove_duplicate=False)
+        if path in owned
+    ]
+
+
 def guard_weights(
     model: nn.Module,
     tensors: Callable[[], Iterable[torch.Tensor]],
@@ -95,14 +108,8 @@ def guard_weights(
 
         return _apply
 
-    owned: dict[str, dict[str, torch.Tensor]] = {}
-    for name, host in host_copies.items():
-        path, _, local = name.rpartition(".")
-        owned.setdefault(path, {})[local] = host
-    hooks, patched = [], []
-    for path, module in model.named_modules(remove_duplicate=False):
-        if path in owned:
-            hooks.append(module.register_state_dict_post_hook(_true_values(owned[path])))
+    hooks = _true_value_hooks(model, host_copies)
+    patched = []
     root = type(model).__name__
     for path, module in model.named_modules():
         hooks.append(module.register_load_state_dict_pre_hook(refuse_load))

@@ -122,12 +122,7 @@ def select_traps(
     modules = [(p, m) for p, m in model.named_modules() if p]
     params = [n for n, _ in model.named_parameters(remove_duplicate=False)]
     buffers = [n for n, _ in model.named_buffers(remove_duplicate=False)]
-    excluded_classes = [p[6:] for p in exclude if p.startswith("class:")]
-    for pattern in exclude:
-        if not any(_match(pattern, p, m) for p, m in modules) and not (
-            not pattern.startswith("class:") and any(_match(pattern, n) for n in params + buffers)
-        ):
-            raise _no_match(pattern, [p for p, _ in modules] + params)
+    _check_excludes(exclude, modules, params, buffers)
     chosen: dict[str, frozenset[str] | None] = {}
     named_buffers: set[str] = set()
     for pattern in patterns:
@@ -148,16 +143,11 @@ def select_traps(
             if parent and chosen.get(parent, frozenset()) is not None and parent not in hit_modules:
                 chosen[parent] = (chosen.get(parent) or frozenset()) | {name}
     by_path = dict(modules)
-    kept = [
-        path
-        for path in chosen
-        if not is_excluded(path, exclude)
-        and not any(fnmatchcase(type(by_path[path]).__name__, c) for c in excluded_classes)
-    ]
+    kept = [path for path in chosen if _kept(path, by_path[path], exclude)]
     outermost = [p for p in kept if not any(p.startswith(q + ".") for q in kept)]
     only = {p: chosen[p] for p in outermost}
     if leaves:
-        only = _refined(only, by_path, exclude, excluded_classes)
+        only = _refined(only, by_path, exclude)
     order = {p: i for i, (p, _) in enumerate(model.named_modules(remove_duplicate=False))}
     return Selection(
         traps=tuple(sorted(only, key=order.__getitem__)),
@@ -169,11 +159,29 @@ def select_traps(
     )
 
 
+def _check_excludes(
+    exclude: tuple[str, ...], modules: list[tuple[str, nn.Module]], params: list[str],
+    buffers: list[str],
+) -> None:  # fmt: skip
+    """An exclude pattern must match a module, or (unless `class:`) a tensor."""
+    for pattern in exclude:
+        if not any(_match(pattern, p, m) for p, m in modules) and not (
+            not pattern.startswith("class:") and any(_match(pattern, n) for n in params + buffers)
+        ):
+            raise _no_match(pattern, [p for p, _ in modules] + params)
+
+
+def _kept(path: str, module: nn.Module, exclude: tuple[str, ...]) -> bool:
+    """Whether neither the path (or an ancestor) nor the module's class is excluded."""
+    classes = [p[6:] for p in exclude if p.startswith("class:")]
+    cls = type(module).__name__
+    return not is_excluded(path, exclude) and not any(fnmatchcase(cls, c) for c in classes)
+
+
 def _refined(
     only: dict[str, frozenset[str] | None],
     by_path: dict[str, nn.Module],
     exclude: tuple[str, ...],
-    excluded_classes: list[str],
 ) -> dict[str, frozenset[str] | None]:
     """Module-level traps replaced by their leaf traps (excluded leaves dropped); parameter-level
     traps kept as they are."""
@@ -183,9 +191,6 @@ def _refined(
             out[path] = names
             continue
         for leaf, module in leaf_traps(path, by_path[path]):
-            cls = type(module).__name__
-            if not is_excluded(leaf, exclude) and not any(
-                fnmatchcase(cls, c) for c in excluded_classes
-            ):
+            if _kept(leaf, module, exclude):
                 out[leaf] = None
     return out

@@ -25,7 +25,7 @@ from flextensor_compile.model_file import Inputs, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, stats_from_json, stats_to_json
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
-from flextensor_runtime.profile import Profile
+from flextensor_runtime.profile import PlanConfig, Profile
 
 __all__ = ["Compilation", "ProfilingCost", "ProgressSink", "collect_stats", "compile_profile",
            "instrumentation", "plan_command", "plan_stats", "summary_document"]  # fmt: skip
@@ -63,6 +63,7 @@ class Compilation:
     cost: ProfilingCost
     config: OffloadConfig
     notes: tuple[str, ...]
+    granularity: str = "modules"  # the traps the stats hold: "modules" or "leaves"
 
 
 def _inputs(example_inputs: Any) -> Inputs:
@@ -134,17 +135,47 @@ def collect_stats(
     source: str = "model",
     progress: ProgressSink | None = None,
 ) -> Compilation:
-    """Discover (one forward) and measure (warm-up + profiling forwards, or the roofline)."""
+    """Discover (one forward) and measure (warm-up + profiling forwards, or the roofline), at the
+    configured granularity; `auto` measures module traps, and leaf traps too when the module
+    plan streams or does not fit, and keeps the stats whose plan is better (`choose_granularity`)."""
     _check_arguments("collect_stats", model, config, run)
     config = config or OffloadConfig()
     inputs = _inputs(example_inputs)
+    if config.granularity != "auto":
+        return _collect(model, inputs, config, run, config.granularity == "leaves", name, source,
+                        progress)  # fmt: skip
+    from flextensor_compile.trap_granularity import choose_granularity
+
+    first: list[DeviceChoice] = []  # both measurements plan for the device (and rate) measured once
+
+    def at(leaves: bool) -> Compilation:
+        c = _collect(model, inputs, config, run, leaves, name, source, progress,
+                     first[0] if first else None)  # fmt: skip
+        first.append(c.device)
+        return c
+
+    return choose_granularity(at, _plan_config(config))
+
+
+def _collect(
+    model: nn.Module,
+    inputs: Inputs,
+    config: OffloadConfig,
+    run: Callable[..., Any] | None,
+    leaves: bool,
+    name: str | None,
+    source: str,
+    progress: ProgressSink | None,
+    device: DeviceChoice | None = None,
+) -> Compilation:
     started = time.perf_counter()
-    weight_bytes = sum(e.bytes for e in model_tensor_entries(model) if e.tie is None)
-    device = choose_device(config, weight_bytes, is_meta_model(model))
+    if device is None:
+        weight_bytes = sum(e.bytes for e in model_tensor_entries(model) if e.tie is None)
+        device = choose_device(config, weight_bytes, is_meta_model(model))
     if progress is not None:
         progress.start("discovery", 1)
     disc = discover(model, inputs, run, config.include_patterns, config.exclude_patterns,
-                    source=source, count_flops=device.measure_on is None)  # fmt: skip
+                    source=source, count_flops=device.measure_on is None, leaves=leaves)  # fmt: skip
     if progress is not None:
         progress.advance("discovery")
     warmup = iters = 0
@@ -163,7 +194,8 @@ def collect_stats(
         compute_ms = timing.compute_ms
     cost = ProfilingCost(1, warmup, iters, time.perf_counter() - started)
     stats = _stats(name or type(model).__name__, disc, device, compute_ms)
-    return Compilation(stats, disc, device, cost, config, _notes(disc, device))
+    granularity = "leaves" if leaves else "modules"
+    return Compilation(stats, disc, device, cost, config, _notes(disc, device), granularity)
 
 
 def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Profile:
@@ -171,10 +203,15 @@ def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Pro
     from flextensor_compile.planning import plan_profile
 
     canonical = stats_from_json(json.loads(json.dumps(stats_to_json(stats))))
-    # Patterns were applied by discovery (their effect is in the stats' traps and `offloadable`
-    # flags); `ftc plan` cannot know them, so the plan's config leaves them out.
-    plan_config = replace(config.to_plan_config(), include_patterns=(), exclude_patterns=())
+    plan_config = _plan_config(config)
     return plan_profile(canonical, plan_config, command=command or plan_command(plan_config))
+
+
+def _plan_config(config: OffloadConfig) -> PlanConfig:
+    # Patterns (and the granularity) were applied by discovery (their effect is in the stats'
+    # traps and `offloadable` flags); `ftc plan` cannot know them, so the plan's config leaves
+    # them out.
+    return replace(config.to_plan_config(), include_patterns=(), exclude_patterns=())
 
 
 def compile_profile(
@@ -210,6 +247,7 @@ def instrumentation(compilation: Compilation, profile: Profile | None = None) ->
             "patterns": list(disc.selection.include),
             "exclude": list(disc.selection.exclude),
             "default_include": disc.selection.default,
+            "granularity": compilation.granularity,
             "traps": list(disc.plan.order),
             "iterations_per_run": disc.plan.iterations,
             "whole_run_is_iteration": disc.whole_run,
@@ -247,6 +285,7 @@ def summary_document(c: Compilation, profile: Profile, output: str | None) -> di
         },
         "timing_source": c.stats.timing_source,
         "budget_bytes": profile.config.budget_bytes,
+        "granularity": c.granularity,
         "traps": sum(1 for t in c.stats.traps if t.kind != "gap"),
         "gap_traps": sum(1 for t in c.stats.traps if t.kind == "gap"),
         "profiling_cost": {**asdict(c.cost), "forwards": c.cost.forwards},

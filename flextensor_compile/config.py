@@ -37,6 +37,8 @@ STRATEGIES = (
 ASSIGNMENTS = ("optimized-round-robin", "strict-round-robin", "ring")  # as the solver names them
 TRANSFER_MODES = ("allocation_block_transfer", "strategy", "raw_block_transfer")
 _DEVICES = ("auto", "cpu", "cuda")
+# traps: the selected modules, their leaves (`discover.leaf_traps`), or whichever plans better
+GRANULARITIES = ("modules", "leaves", "auto")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class OffloadConfig:
     vram_spec: str | None = None
     host_memory_bytes: int | None = None
     vram_checkpoint: str | None = None
+    granularity: str = "modules"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> OffloadConfig:
         _check_option_names(kwargs)
@@ -155,6 +158,7 @@ class OffloadConfig:
         _choice("assignment_strategy", self.assignment_strategy, ASSIGNMENTS)
         _choice("transfer_mode", self.transfer_mode, TRANSFER_MODES)
         _choice("device", self.device, _DEVICES)
+        _choice("granularity", self.granularity, GRANULARITIES)
         if self.target is not None:
             from flextensor_compile.measure.targets import get_target
 
@@ -236,7 +240,7 @@ def _flag(name: str) -> str:
              ("min_blocks", "--min-blocks"), ("profiling_iters", "--profiling-iters"),
              ("assignment_strategy", "--assignment"),
              ("device", "--device"), ("budget_bytes", "--budget"),
-             ("device_memory_bytes", "--device-memory"))  # fmt: skip
+             ("device_memory_bytes", "--device-memory"), ("granularity", "--granularity"))  # fmt: skip
     return next((f" ({flag})" for field, flag in flags if field == name), "")
 
 

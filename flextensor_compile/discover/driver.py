@@ -130,12 +130,14 @@ def discover(
     *,
     source: str = "model",
     count_flops: bool = False,
+    leaves: bool = False,
 ) -> Discovery:
-    """Run the workload once and return what it showed. Costs exactly one `run()` call."""
+    """Run the workload once and return what it showed (`leaves`: traps at the leaf
+    granularity, `select_traps`). Costs exactly one `run()` call."""
     meta = is_meta_model(model)
     if meta:
         inputs, count_flops = to_meta_inputs(inputs), True
-    sel = select_traps(model, include, exclude)
+    sel = select_traps(model, include, exclude, leaves)
     try:
         hooks, recorder, whole_run = _record(model, inputs, run, sel, source, count_flops)
     except ModelFileError as exc:

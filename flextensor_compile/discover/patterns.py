@@ -4,8 +4,9 @@ Owns: matching globs (`*`, `?`, anchored at both ends, `*` crosses dots) against
 and tensor paths, `class:Name` selection by module class name (globs allowed), the rule that a
 parameter-level pattern patches the parent module but offloads only the matching parameters,
 the default include (each child of the largest repeated `nn.ModuleList` / `nn.Sequential`
-stack, plus any other top-level repeated stack holding at least 10% of the weight bytes), and
-one-line errors for a pattern that matches nothing (with the closest path suggested).
+stack, plus any other top-level repeated stack holding at least 10% of the weight bytes), the
+leaf granularity (each selected module replaced by the descendants that own its parameters),
+and one-line errors for a pattern that matches nothing (with the closest path suggested).
 Must not know: execution order, timing, the profile.
 """
 
@@ -19,9 +20,10 @@ from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["Selection", "default_include", "is_excluded", "select_traps"]
+__all__ = ["Selection", "default_include", "is_excluded", "leaf_traps", "select_traps"]
 
 _STACK_SHARE = 0.10  # a second repeated stack joins the default include above this byte share
+_OWN_SHARE = 64  # a module is split when its own parameters are under 1/64 of its bytes
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,20 @@ def default_include(model: nn.Module) -> tuple[str, ...]:
     return tuple(sorted(f"{p}.?*" if p else "?*" for p in chosen))
 
 
+def leaf_traps(path: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The leaf traps of a selected module: a module whose children own no parameters is one
+    trap (when it owns any); a module is split into its children's leaf traps when its own
+    parameters are under 1/`_OWN_SHARE` of its bytes (they then stay resident, read outside
+    every trap), else it stays one trap. Execution between leaf traps becomes gap traps."""
+    children = [(f"{path}.{n}", c) for n, c in module.named_children() if _module_bytes(c)]
+    own = sum(p.numel() * p.element_size() for p in module.parameters(recurse=False))
+    if not children:
+        return [(path, module)] if own else []
+    if own * _OWN_SHARE >= _module_bytes(module):
+        return [(path, module)]
+    return [leaf for p, c in children for leaf in leaf_traps(p, c)]
+
+
 def is_excluded(path: str, exclude: tuple[str, ...]) -> bool:
     """True when `path` or any of its ancestors matches an exclude pattern (class: excluded)."""
     parts = path.split(".")
@@ -96,8 +112,11 @@ def _no_match(pattern: str, candidates: list[str]) -> ConfigError:
     return ConfigError(f"pattern {pattern!r} matches no module or tensor; {hint}")
 
 
-def select_traps(model: nn.Module, include: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
-    """Resolve patterns to trap modules; an empty `include` means the default stack."""
+def select_traps(
+    model: nn.Module, include: tuple[str, ...], exclude: tuple[str, ...], leaves: bool = False
+) -> Selection:
+    """Resolve patterns to trap modules; an empty `include` means the default stack; `leaves`
+    replaces each module-level match by its `leaf_traps`."""
     default = not include
     patterns = include or default_include(model)
     modules = [(p, m) for p, m in model.named_modules() if p]
@@ -136,13 +155,37 @@ def select_traps(model: nn.Module, include: tuple[str, ...], exclude: tuple[str,
         and not any(fnmatchcase(type(by_path[path]).__name__, c) for c in excluded_classes)
     ]
     outermost = [p for p in kept if not any(p.startswith(q + ".") for q in kept)]
-    order = {p: i for i, (p, _) in enumerate(modules)}
-    outermost.sort(key=lambda p: order[p])
+    only = {p: chosen[p] for p in outermost}
+    if leaves:
+        only = _refined(only, by_path, exclude, excluded_classes)
+    order = {p: i for i, (p, _) in enumerate(model.named_modules(remove_duplicate=False))}
     return Selection(
-        traps=tuple(outermost),
-        only={p: chosen[p] for p in outermost},
+        traps=tuple(sorted(only, key=order.__getitem__)),
+        only=only,
         buffers=frozenset(named_buffers),
         include=tuple(patterns),
         exclude=tuple(exclude),
         default=default,
     )
+
+
+def _refined(
+    only: dict[str, frozenset[str] | None],
+    by_path: dict[str, nn.Module],
+    exclude: tuple[str, ...],
+    excluded_classes: list[str],
+) -> dict[str, frozenset[str] | None]:
+    """Module-level traps replaced by their leaf traps (excluded leaves dropped); parameter-level
+    traps kept as they are."""
+    out: dict[str, frozenset[str] | None] = {}
+    for path, names in only.items():
+        if names is not None:
+            out[path] = names
+            continue
+        for leaf, module in leaf_traps(path, by_path[path]):
+            cls = type(module).__name__
+            if not is_excluded(leaf, exclude) and not any(
+                fnmatchcase(cls, c) for c in excluded_classes
+            ):
+                out[leaf] = None
+    return out

@@ -128,3 +128,37 @@ def test_a_missing_wait_is_caught() -> None:
     offload_from_profile(model, profile, backend=_SkipsOneWait())
     with torch.no_grad():
         assert not torch.equal(model(_ids()), plain)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_manual_traps(mode: str) -> None:
+    from tests.runtime.test_manual_replan import _drive, _Stages
+
+    torch.manual_seed(0)
+    model, x = _Stages().eval(), torch.randn(5, 24)
+    plain = _drive(model, x, manual=False)
+    stages = {"stage_a": ["l0", "l1"], "stage_b": ["l2"], "stage_c": ["l3"]}
+    profile = build_profile(model, list(stages), manual=stages, num_blocks=2, prefetch=2, mode=mode)
+    backend = DeferredBackend()
+    deploy(model, profile, backend=backend)
+    for _ in range(ITERS):
+        assert torch.equal(_drive(model, x, manual=True), plain)
+    assert backend.ran > 0
+
+
+def test_replan_then_run() -> None:
+    from flextensor_runtime.strategy_replan import replan
+
+    model = tiny_lm()
+    order, _ = record_order(model, block_names(model), _ids())
+    profile = build_profile(model, order, num_blocks=3, prefetch=1, gaps_after=["blocks.1"])
+    with torch.no_grad():
+        plain = [model(_ids(s)) for s in (1, 2)]
+    backend = DeferredBackend()
+    deploy(model, profile, backend=backend)
+    request = replan(model, iters=2)
+    with torch.no_grad():
+        for _ in range(ITERS + 2):  # the replan iterations, then the rebuilt schedule
+            for s, want in zip((1, 2), plain, strict=True):
+                assert torch.equal(model(_ids(s)), want)
+    assert request.done and request.profile is not None

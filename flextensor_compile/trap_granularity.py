@@ -1,0 +1,82 @@
+"""`--granularity auto`: measure module traps, and leaf traps when they may plan better; keep one.
+
+Owns: when the leaf traps are measured too (the module plan stalls, or does not fit the
+budget: a plan that hides every copy leaves leaf traps only their call cost to add), the comparison of the two plans (`solve.prefer_leaves`: makespan plus the runtime's
+per-call host time, then peak, then fewer traps), the profiling cost of both measurements, and
+the note that says which granularity was kept and why.
+Must not know: how a measurement runs (the caller passes it), the CLI, files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from flextensor_compile.planning import solve_stats
+from flextensor_compile.solve import Plan, Problem, call_overhead_ms, prefer_leaves
+from flextensor_compile.stats import Stats, stats_from_json, stats_to_json
+from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.profile import PlanConfig
+
+if TYPE_CHECKING:
+    from flextensor_compile.compile_api import Compilation
+
+__all__ = ["choose_granularity"]
+
+Solved = tuple[Problem, Plan]
+
+
+def _solved(stats: Stats, config: PlanConfig) -> Solved | None:
+    """The plan `ftc plan` would make from these stats (None: none fits the budget)."""
+    canonical = stats_from_json(json.loads(json.dumps(stats_to_json(stats))))
+    try:
+        return solve_stats(canonical, config)
+    except BudgetError:
+        return None
+
+
+def _cost_ms(solved: Solved) -> float:
+    return solved[1].makespan_ms + call_overhead_ms(*solved)
+
+
+def _describe(kept: str, modules: Solved | None, leaves: Solved | None, n: tuple[int, int]) -> str:
+    def one(what: str, solved: Solved | None, traps: int) -> str:
+        if solved is None:
+            return f"{what} ({traps} traps) fit no plan"
+        return f"{what} ({traps} traps) predict {_cost_ms(solved):.3f} ms"
+
+    return (f"granularity auto: kept {kept} traps; {one('modules', modules, n[0])}, "
+            f"{one('leaves', leaves, n[1])} (makespan + trap-call time)")  # fmt: skip
+
+
+def _traps(c: Compilation) -> int:
+    return sum(1 for t in c.stats.traps if t.kind != "gap")
+
+
+def choose_granularity(measure: Callable[[bool], Compilation], config: PlanConfig) -> Compilation:
+    """`measure(leaves)` runs discovery and measurement at one granularity. Module traps are
+    measured first; leaf traps only when the module plan stalls or fits no plan, and they are
+    kept when `prefer_leaves` says so (or only they fit). The kept compilation's cost counts
+    both measurements."""
+    modules = measure(False)
+    coarse = _solved(modules.stats, config)
+    if coarse is not None and coarse[1].makespan_ms <= coarse[0].compute_ms * (1 + 1e-9):
+        note = ("granularity auto: kept modules traps; their plan hides every copy, so leaves "
+                "were not measured")  # fmt: skip
+        return replace(modules, notes=(*modules.notes, note))
+    leaves = measure(True)
+    fine = _solved(leaves.stats, config) if _traps(leaves) != _traps(modules) else None
+    use_leaves = fine is not None and (coarse is None or prefer_leaves(coarse, fine))
+    kept = leaves if use_leaves else modules
+    cost = replace(
+        kept.cost,
+        discovery_forwards=modules.cost.discovery_forwards + leaves.cost.discovery_forwards,
+        warmup_forwards=modules.cost.warmup_forwards + leaves.cost.warmup_forwards,
+        profiling_forwards=modules.cost.profiling_forwards + leaves.cost.profiling_forwards,
+        seconds=modules.cost.seconds + leaves.cost.seconds,
+    )
+    note = _describe("leaves" if use_leaves else "modules", coarse, fine,
+                     (_traps(modules), _traps(leaves)))  # fmt: skip
+    return replace(kept, cost=cost, notes=(*kept.notes, note))

@@ -1,0 +1,136 @@
+"""Trap granularity: `leaves` splits selected modules into the modules that own their weights,
+`auto` measures both and keeps the better plan; leaf profiles deploy bit-identical."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from flextensor_compile.cli.app import app
+from flextensor_compile.cli.errors import run_guarded
+from flextensor_compile.compile_api import collect_stats, compile_profile
+from flextensor_compile.config import OffloadConfig
+from flextensor_compile.discover.patterns import leaf_traps, select_traps
+from flextensor_runtime.backend import CpuBackend
+from flextensor_runtime.deploy import handle, offload_from_profile
+from flextensor_runtime.errors import ConfigError
+from profiles import tiny_transformer
+from tests.compile import models
+from tests.runtime.conftest import assert_same, snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Scaled(nn.Module):
+    """A block with a direct parameter: `gain` tiny (split) or `table` large (kept whole)."""
+
+    def __init__(self, big: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.out = nn.Linear(64, 64)
+        self.gain = nn.Parameter(torch.ones(64 * 64 if big else 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.fc(x))) * self.gain[:1]
+
+
+def test_leaf_rule() -> None:
+    block = models.Block()
+    assert [p for p, _ in leaf_traps("b", block)] == ["b.fc1", "b.fc2", "b.norm"]
+    assert [p for p, _ in leaf_traps("s", _Scaled(big=False))] == ["s.fc", "s.out"]
+    assert [p for p, _ in leaf_traps("s", _Scaled(big=True))] == ["s"]
+    assert leaf_traps("r", nn.ReLU()) == []
+
+
+def test_select_traps_at_leaf_granularity() -> None:
+    model = models.Stack()
+    sel = select_traps(model, ("layers.*",), (), leaves=True)
+    assert sel.traps == tuple(f"layers.{i}.{n}" for i in range(3) for n in ("fc1", "fc2", "norm"))
+    assert all(sel.only[t] is None for t in sel.traps)
+    sel = select_traps(model, ("layers.*",), ("layers.1.fc2",), leaves=True)
+    assert "layers.1.fc2" not in sel.traps and "layers.1.fc1" in sel.traps
+    sel = select_traps(model, ("layers.*.fc?.weight",), (), leaves=True)  # parameter level: as is
+    assert sel.only["layers.1.fc2"] == frozenset({"layers.1.fc2.weight"})
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+def test_leaf_profile_deploys_bit_identical(mode: str) -> None:
+    model = tiny_transformer.build_model()
+    x = tiny_transformer.example_inputs()
+    with torch.no_grad():
+        plain = model(*x)
+    before = snapshot(model)
+    cfg = OffloadConfig(max_gpu_mem_fraction=0.5, granularity="leaves", transfer_mode=mode,
+                        profiling_iters=1, warmup_iters=0)  # fmt: skip
+    profile = compile_profile(model, x, cfg)
+    names = {t.name for t in profile.traps if t.kind == "module"}
+    assert "blocks.0.qkv" in names and "blocks.0" not in names
+    assert profile.schedule  # something streams at half the weights
+    offload_from_profile(model, profile, backend=CpuBackend())
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(model(*x), plain)
+    handle(model).remove()
+    assert_same(model, before)
+
+
+def _llama_meta(hidden: int = 512, layers: int = 4) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=1024, hidden_size=hidden, intermediate_size=4 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=2)  # fmt: skip
+    with torch.device("meta"):
+        return LlamaForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def _ids() -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.zeros(1, 512, dtype=torch.long)}
+
+
+def test_auto_keeps_the_better_plan_and_says_why() -> None:
+    model = _llama_meta()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    kept = {}
+    for fraction in (0.5, 1.0):
+        cfg = OffloadConfig(target="rtx4090", budget_bytes=int(fraction * weights),
+                            granularity="auto")  # fmt: skip
+        c = collect_stats(model, _ids, cfg)
+        kept[fraction] = c.granularity
+        assert c.notes[-1].startswith("granularity auto: kept ")
+        if fraction == 1.0:  # everything fits: leaves are not even measured
+            assert c.cost.forwards == 1 and "not measured" in c.notes[-1]
+        else:
+            assert c.cost.forwards == 2 and "leaves (" in c.notes[-1]
+            forced = {}
+            for g in ("modules", "leaves"):
+                p = compile_profile(model, _ids, cfg.replace(granularity=g))
+                forced[g] = p.predicted.makespan_ms
+            auto = compile_profile(model, _ids, cfg).predicted.makespan_ms
+            assert auto == forced[c.granularity]
+    assert kept[1.0] == "modules"
+    assert kept[0.5] == "leaves"  # finer traps need less staging at half the weights
+
+
+def _ftc(capsys, *args: str) -> tuple[int, str, str]:
+    code = run_guarded(lambda: app(list(args), prog_name="ftc"), False)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_granularity(tmp_path, capsys) -> None:
+    out = tmp_path / "p.msgpack"
+    code, stdout, err = _ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"),
+                             "--target", "rtx4090", "--budget", "3MiB", "--granularity", "leaves",
+                             "-o", str(out), "--json")  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(stdout)
+    assert summary["granularity"] == "leaves" and summary["traps"] > 6
+    code, _, err = _ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"),
+                        "--granularity", "leaf", "-o", str(out))  # fmt: skip
+    assert code != 0 and "granularity 'leaf' is not known; did you mean 'leaves'?" in err
+    with pytest.raises(ConfigError, match="--granularity"):
+        OffloadConfig(granularity="layers")

@@ -4,7 +4,9 @@ Owns: per case, the leaf instance's problem at the case's device and budget (`le
 plan and solve time, and the plan `prefer_leaves` keeps of the module and leaf plans (what
 `ftc --granularity auto` emits); their row fields, table columns and summary lines. Ratios use
 the module instance's LB (passed in), so every column is over the same bound; `*_ratio_star` is
-over the staging bound of the problem the plan solves.
+over the staging bound of the problem the plan solves. `ftc` measures the leaves only when the
+module plan stalls (or fits no plan); here both are always solved, which keeps the same plan on
+these cases (no case whose module plan hides every copy keeps its leaves).
 Must not know: FlexTensor, how the module columns are computed.
 """
 

@@ -8,6 +8,7 @@ import re
 import sys
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,9 @@ from flextensor_compile.stats import Stats, TensorStat
 from flextensor_runtime.profile import PlanConfig
 
 
-def test_plan_quality_bench_on_one_instance(tmp_path, monkeypatch, capsys) -> None:
+def test_plan_quality_bench_on_one_instance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "rows.json"
     argv = ["plan_quality", "--instances", "wan-14b-480p", "--json", str(out)]
     monkeypatch.setattr(sys, "argv", argv)

@@ -7,6 +7,14 @@ copy, and the copy engine's idle time while traps compute), the stall, the peak 
 budget and the solve time (CPU, the least of 5 passes over all cases); and the same for FlexTensor 0.5's AdaptiveStrategy
 (streamed set judged by our simulator) when `--peer-python` names an interpreter that has
 `flextensor==0.5.0` installed (`make bench-plan-quality` sets one up).
+
+Beside the module traps, each case is also solved at leaf granularity (`leaves.py`: the traps
+`ftc --granularity leaves` records for the same model and workload; least CPU time of
+`auto.LEAF_REPEATS` passes) and the plan `prefer_leaves` keeps of the two is reported as `auto`
+(what `--granularity auto` emits; its solve time is both solves). LB keeps one definition for
+every column, max(total compute of the MODULE instance, copy time of (weights - budget)), so the
+ratios compare; the leaf instances carry the same compute and weights. `/LB*` columns are over
+the staging bound of the problem each plan solves. FlexTensor runs on the module instances only.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+from bench.plan_quality import auto
 from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
 from bench.plan_quality.peer import PeerResult, cached_peer, judge, peer_document
 from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve, staging_bound_ms
@@ -27,7 +36,7 @@ from flextensor_runtime.profile import PlanConfig
 FRACTIONS = (0.3, 0.5, 0.7, 0.9)
 REPEATS = 5
 HEADER = (f"{'instance':<26}{'link':<6}{'budget':>7}{'LB ms':>10}{'ours/LB':>9}{'ours/LB*':>9}"
-          f"{'stall ms':>10}{'peak/bud':>9}{'solve ms':>9}{'FT/LB':>8}{'FT peak/bud':>12}{'FT s':>7}  FT pick")  # fmt: skip
+          f"{'stall ms':>10}{'peak/bud':>9}{'solve ms':>9}{auto.COLUMNS}{'FT/LB':>8}{'FT peak/bud':>12}{'FT s':>7}  FT pick")  # fmt: skip
 
 
 Case = tuple[str, str, float, Stats, Problem, int]  # name, link, fraction, stats, problem, weights
@@ -72,7 +81,7 @@ def _fmt(row: dict) -> str:
         ft += f"{row['ft_solve_s']:>7.2f}  {row['ft_pick']}"
     return (f"{row['instance']:<26}{row['link']:<6}{row['fraction']:>7.0%}{row['lb_ms']:>10.1f}"
             f"{row['ratio']:>9.3f}{row['ratio_star']:>9.3f}{row['stall_ms']:>10.1f}"
-            f"{row['peak_over_budget']:>9.3f}{row['solve_ms']:>9.1f}{ft}")  # fmt: skip
+            f"{row['peak_over_budget']:>9.3f}{row['solve_ms']:>9.1f}{auto.fmt_columns(row)}{ft}")  # fmt: skip
 
 
 def _against_star(ratios: list[float]) -> str:
@@ -137,14 +146,18 @@ def main() -> None:
     else:
         print("FlexTensor 0.5 not run: pass --peer-python (make bench-plan-quality does)")
     solve_ms = _solve_times(cases)
+    leaf_problems = auto.leaf_problems([(c[0], c[3], c[4]) for c in cases])
+    leaf_plans, leaf_ms = auto.solve_leaves(leaf_problems, min(REPEATS, auto.LEAF_REPEATS))
     print(HEADER)
     rows = []
-    for case, answer, ms in zip(cases, answers, solve_ms, strict=True):
+    for k, (case, answer, ms) in enumerate(zip(cases, answers, solve_ms, strict=True)):
         plan = solve(case[4], "adaptive")
         peer = judge(case[4], answer) if answer is not None else None
         rows.append(_row(case, plan, ms, peer))
+        leaves = (leaf_problems[k], leaf_plans[k])
+        rows[-1] |= auto.auto_fields(rows[-1]["lb_ms"], (case[4], plan), leaves, (ms, leaf_ms[k]))
         print(_fmt(rows[-1]), flush=True)
-    for line in _summary(rows):
+    for line in _summary(rows) + auto.summary(rows):
         print(line)
     if args.json:
         with open(args.json, "w") as fh:

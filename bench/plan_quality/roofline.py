@@ -14,10 +14,15 @@ HBM_BYTES_PER_S = 3.35e12
 HBM_EFF = 0.8
 LAUNCH_MS = 0.01
 
-__all__ = ["trap_ms"]
+__all__ = ["LAUNCH_MS", "trap_ms", "work_ms"]
+
+
+def work_ms(flops: float, bytes_moved: float) -> float:
+    """The larger of the math time and the memory time, without the launch overhead."""
+    math_ms = flops / (PEAK_FLOPS * MFU) * 1e3
+    memory_ms = bytes_moved / (HBM_BYTES_PER_S * HBM_EFF) * 1e3
+    return max(math_ms, memory_ms)
 
 
 def trap_ms(flops: float, bytes_moved: float) -> float:
-    math_ms = flops / (PEAK_FLOPS * MFU) * 1e3
-    memory_ms = bytes_moved / (HBM_BYTES_PER_S * HBM_EFF) * 1e3
-    return max(math_ms, memory_ms) + LAUNCH_MS
+    return work_ms(flops, bytes_moved) + LAUNCH_MS

@@ -309,8 +309,8 @@ def _ring_plans(ctx: Context, names: list[str],
     """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families
     only); in memory mode then, for the two whose ring plans simulate fastest, the same family
     fitted with headroom, so the ring has room to copy ahead: 1/8, 1/4, 1/2 and 1 x the largest
-    transfer, and 2 x when compute dominates (copies then hide, so staging costs little);
-    selections whose copies alone take longer than the fastest ring plan are skipped."""
+    transfer, and 2, 4 and 8 x when compute dominates (copies then hide, so staging costs little;
+    leaf traps' transfers are small against the lead a copy needs); selections whose copies alone take longer than the fastest ring plan are skipped."""
     p = ctx.problem
     base = (1, RING, 0)
     ranked: dict[str, tuple[float, int]] = {}  # family -> (its best ring makespan, top bytes)
@@ -324,7 +324,7 @@ def _ring_plans(ctx: Context, names: list[str],
     fastest = min((made for made, _ in ranked.values()), default=math.inf)
     for name in sorted(ranked, key=lambda g: (ranked[g], g))[:_RING_RETRIES]:
         top = ranked[name][1]
-        parts = _RING_HEADROOM if _copies_dominate(ctx) else (*_RING_HEADROOM, 2.0)
+        parts = _RING_HEADROOM if _copies_dominate(ctx) else (*_RING_HEADROOM, 2.0, 4.0, 8.0)
         for part in parts:
             for plan in plans(name, (1, RING, int(top * part)), fastest):
                 fastest = min(fastest, plan.makespan_ms)

@@ -42,14 +42,18 @@ HEADER = (f"{'instance':<26}{'link':<6}{'budget':>7}{'LB ms':>10}{'ours/LB':>9}{
 Case = tuple[str, str, float, Stats, Problem, int]  # name, link, fraction, stats, problem, weights
 
 
-def _cases(names: list[str], fractions: tuple[float, ...]) -> Iterator[Case]:
+def _cases(names: list[str], fractions: tuple[float, ...], blocks: int | None = None
+           ) -> Iterator[Case]:  # fmt: skip
+    """Every instance x link x budget; `blocks`: exactly that many memory blocks
+    (`--num-blocks N --min-blocks N`)."""
     for name in names:
         base = INSTANCES[name]()
         weights = sum(t.bytes for tr in base.traps for t in tr.tensors if t.tie is None)
         for link, rate in BANDWIDTHS.items():
             stats = replace(base, device=device(rate))
             for frac in fractions:
-                config = PlanConfig(budget_bytes=int(frac * weights))
+                config = PlanConfig(budget_bytes=int(frac * weights), num_blocks=blocks,
+                                    min_blocks=blocks or 1)  # fmt: skip
                 yield name, link, frac, stats, problem_from_stats(stats, config), weights
 
 
@@ -137,8 +141,12 @@ def main() -> None:
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--peer-cache", help="reuse/keep FlexTensor's answers in this JSON file "
                     "(keyed by a hash of the instances)")  # fmt: skip
+    ap.add_argument("--blocks", type=int, help="plan with exactly this many memory blocks, as "
+                    "--num-blocks N --min-blocks N (FlexTensor is not run)")  # fmt: skip
     args = ap.parse_args()
-    cases = list(_cases(args.instances, FRACTIONS))
+    if args.blocks is not None and (args.blocks < 1 or args.peer_python):
+        ap.error("--blocks must be at least 1, and FlexTensor is not run with it")
+    cases = list(_cases(args.instances, FRACTIONS, args.blocks))
     answers: list[dict | None] = [None] * len(cases)
     if args.peer_python:
         docs = [peer_document(c[3], c[4]) for c in cases]

@@ -45,7 +45,9 @@ def leaf_problems(cases: list[tuple[str, Stats, Problem]]) -> list[Problem]:
         if name not in built:
             built[name] = LEAF_INSTANCES[name]()
         leaf = replace(built[name], device=stats.device)
-        out.append(problem_from_stats(leaf, PlanConfig(budget_bytes=problem.budget_bytes)))
+        config = PlanConfig(budget_bytes=problem.budget_bytes, num_blocks=problem.num_blocks,
+                            min_blocks=problem.min_blocks)  # fmt: skip
+        out.append(problem_from_stats(leaf, config))
     return out
 
 

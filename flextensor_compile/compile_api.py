@@ -9,7 +9,6 @@ Must not know: rich, typer, files other than what the caller asks for.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -22,7 +21,7 @@ from flextensor_compile.discover import Discovery, discover, is_meta_model
 from flextensor_compile.measure import DeviceChoice, choose_device, measure_compute, roofline_ms
 from flextensor_compile.measure.targets import get_target
 from flextensor_compile.model_file import Inputs, normalize_inputs
-from flextensor_compile.stats import Stats, TrapStat, stats_from_json, stats_to_json
+from flextensor_compile.stats import Stats, TrapStat, canonical_stats
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
 from flextensor_runtime.profile import PlanConfig, Profile
@@ -137,7 +136,7 @@ def collect_stats(
 ) -> Compilation:
     """Discover (one forward) and measure (warm-up + profiling forwards, or the roofline), at the
     configured granularity; `auto` measures module traps, and leaf traps too when the module
-    plan streams or does not fit, and keeps the stats whose plan is better (`choose_granularity`)."""
+    plan stalls or does not fit, and keeps the stats whose plan is better (`choose_granularity`)."""
     _check_arguments("collect_stats", model, config, run)
     config = config or OffloadConfig()
     inputs = _inputs(example_inputs)
@@ -202,9 +201,9 @@ def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Pro
     """Solve and emit from stats, exactly as `ftc plan` does from the saved stats file."""
     from flextensor_compile.planning import plan_profile
 
-    canonical = stats_from_json(json.loads(json.dumps(stats_to_json(stats))))
     plan_config = _plan_config(config)
-    return plan_profile(canonical, plan_config, command=command or plan_command(plan_config))
+    return plan_profile(canonical_stats(stats), plan_config,
+                        command=command or plan_command(plan_config))  # fmt: skip
 
 
 def _plan_config(config: OffloadConfig) -> PlanConfig:

@@ -37,8 +37,8 @@ from flextensor_runtime.profile import (
     DeviceSpec,
 )
 
-__all__ = ["Stats", "TensorStat", "TrapStat", "load_stats", "save_stats", "stats_from_json",
-           "stats_to_json"]  # fmt: skip
+__all__ = ["Stats", "TensorStat", "TrapStat", "canonical_stats", "load_stats", "save_stats",
+           "stats_from_json", "stats_to_json"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -293,6 +293,12 @@ def stats_to_json(stats: Stats) -> dict[str, Any]:
                    "tensors": [_tensor_json(x) for x in t.tensors]} for t in stats.traps],
         "untrapped": [_tensor_json(x) for x in stats.untrapped],
     }  # fmt: skip
+
+
+def canonical_stats(stats: Stats) -> Stats:
+    """The stats as `ftc plan` reads them back from their JSON form (numbers as JSON keeps them),
+    so a plan made in memory equals one made from the saved file."""
+    return stats_from_json(json.loads(json.dumps(stats_to_json(stats))))
 
 
 def load_stats(path: str | os.PathLike[str]) -> Stats:

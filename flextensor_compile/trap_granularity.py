@@ -1,22 +1,22 @@
 """`--granularity auto`: measure module traps, and leaf traps when they may plan better; keep one.
 
 Owns: when the leaf traps are measured too (the module plan stalls, or does not fit the
-budget: a plan that hides every copy leaves leaf traps only their call cost to add), the comparison of the two plans (`solve.prefer_leaves`: makespan plus the runtime's
-per-call host time, then peak, then fewer traps), the profiling cost of both measurements, and
-the note that says which granularity was kept and why.
+budget: a plan that hides every copy leaves leaf traps only their call cost to add), the
+comparison of the two plans (`solve.prefer_leaves`: makespan plus the runtime's per-call host
+time, then peak, then fewer traps), the profiling cost of both measurements, and the note that
+says which granularity was kept and why.
 Must not know: how a measurement runs (the caller passes it), the CLI, files.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from flextensor_compile.planning import solve_stats
 from flextensor_compile.solve import Plan, Problem, call_overhead_ms, prefer_leaves
-from flextensor_compile.stats import Stats, stats_from_json, stats_to_json
+from flextensor_compile.stats import Stats, canonical_stats
 from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import PlanConfig
 
@@ -30,9 +30,8 @@ Solved = tuple[Problem, Plan]
 
 def _solved(stats: Stats, config: PlanConfig) -> Solved | None:
     """The plan `ftc plan` would make from these stats (None: none fits the budget)."""
-    canonical = stats_from_json(json.loads(json.dumps(stats_to_json(stats))))
     try:
-        return solve_stats(canonical, config)
+        return solve_stats(canonical_stats(stats), config)
     except BudgetError:
         return None
 

@@ -111,17 +111,21 @@ def test_cli_target_planning_uses_the_roofline(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    ("model_file", "fraction", "first_trap"),
+    ("model_file", "fraction", "first_trap", "granularity"),
     [
-        ("profiles/llama_small.py", "0.9", "model.layers.0"),
-        ("profiles/flux_small.py", "0.9", "transformer_blocks.0"),
-        ("profiles/minilm.py", "0.9", "encoder.layer.0"),
+        ("profiles/llama_small.py", "0.9", "model.layers.0", "modules"),
+        ("profiles/flux_small.py", "0.9", "transformer_blocks.0", "modules"),
+        ("profiles/minilm.py", "0.9", "encoder.layer.0", "modules"),
+        ("profiles/llama_small.py", "0.9", "model.layers.0.self_attn.q_proj", "leaves"),
+        ("profiles/flux_small.py", "0.9", "transformer_blocks.0.attn.to_q", "leaves"),
+        ("profiles/minilm.py", "0.9", "encoder.layer.0.attention.self.query", "leaves"),
     ],
 )
-def test_real_model_families(tmp_path, capsys, model_file, fraction, first_trap):
+def test_real_model_families(tmp_path, capsys, model_file, fraction, first_trap, granularity):
     out = tmp_path / "p.msgpack"
     _ftc(capsys, "profile", str(ROOT / model_file), "--mem-fraction", fraction,
-         "--profiling-iters", "1", "--warmup-iters", "0", "-o", str(out), "--quiet")  # fmt: skip
+         "--profiling-iters", "1", "--warmup-iters", "0", "--granularity", granularity,
+         "-o", str(out), "--quiet")  # fmt: skip
     doc = json.loads(_ftc(capsys, "inspect", str(out), "--json"))
     names = [t["name"] for t in doc["traps"]]
     assert first_trap in names

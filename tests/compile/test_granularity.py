@@ -78,6 +78,25 @@ def test_leaf_profile_deploys_bit_identical(mode: str) -> None:
     assert_same(model, before)
 
 
+def test_transformers_llama_at_leaves_deploys_bit_identical() -> None:
+    from profiles import llama_small
+
+    model = llama_small.build_model()
+    ids = llama_small.example_inputs()
+    with torch.no_grad():
+        plain = model(**ids).logits
+    cfg = OffloadConfig(max_gpu_mem_fraction=0.8, granularity="leaves", profiling_iters=1,
+                        warmup_iters=0)  # fmt: skip
+    profile = compile_profile(model, ids, cfg)
+    assert "model.layers.0.self_attn.q_proj" in {t.name for t in profile.traps}
+    assert profile.schedule
+    offload_from_profile(model, profile, backend=CpuBackend())
+    with torch.no_grad():
+        assert torch.equal(model(**ids).logits, plain)
+        assert torch.equal(model(**ids).logits, plain)
+    handle(model).remove()
+
+
 def _llama_meta(hidden: int = 512, layers: int = 4) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 

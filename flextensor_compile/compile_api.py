@@ -148,12 +148,27 @@ def collect_stats(
     first: list[DeviceChoice] = []  # both measurements plan for the device (and rate) measured once
 
     def at(leaves: bool) -> Compilation:
-        c = _collect(model, inputs, config, run, leaves, name, source, progress,
+        sink = _Suffixed(progress, " (leaves)") if leaves and progress is not None else progress
+        c = _collect(model, inputs, config, run, leaves, name, source, sink,
                      first[0] if first else None)  # fmt: skip
         first.append(c.device)
         return c
 
     return choose_granularity(at, _plan_config(config))
+
+
+@dataclass(frozen=True)
+class _Suffixed:
+    """A progress sink whose phases carry a suffix (the second measurement of `auto`)."""
+
+    sink: ProgressSink
+    suffix: str
+
+    def start(self, phase: str, total: int) -> None:
+        self.sink.start(phase + self.suffix, total)
+
+    def advance(self, phase: str) -> None:
+        self.sink.advance(phase + self.suffix)
 
 
 def _collect(

@@ -30,7 +30,7 @@ class PhaseBars:
         self.console = err_console()
         self.tasks: dict[str, Any] = {}
         self.progress = Progress(
-            TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
+            TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
             console=self.console, disable=quiet or not self.console.is_terminal, transient=True,
         )  # fmt: skip

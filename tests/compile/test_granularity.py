@@ -110,6 +110,19 @@ def _ids() -> dict[str, torch.Tensor]:
     return {"input_ids": torch.zeros(1, 512, dtype=torch.long)}
 
 
+class _Phases:
+    """A progress sink that records the phases started."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def start(self, phase: str, total: int) -> None:
+        self.started.append(phase)
+
+    def advance(self, phase: str) -> None:
+        assert phase in self.started
+
+
 def test_auto_keeps_the_better_plan_and_says_why() -> None:
     model = _llama_meta()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -117,8 +130,12 @@ def test_auto_keeps_the_better_plan_and_says_why() -> None:
     for fraction in (0.5, 1.0):
         cfg = OffloadConfig(target="rtx4090", budget_bytes=int(fraction * weights),
                             granularity="auto")  # fmt: skip
-        c = collect_stats(model, _ids, cfg)
+        sink = _Phases()
+        c = collect_stats(model, _ids, cfg, progress=sink)
+        phases = sink.started
         kept[fraction] = c.granularity
+        assert phases[0] == "discovery"
+        assert ("discovery (leaves)" in phases) == (c.cost.forwards == 2)
         assert c.notes[-1].startswith("granularity auto: kept ")
         if fraction == 1.0:  # everything fits: leaves are not even measured
             assert c.cost.forwards == 1 and "not measured" in c.notes[-1]

@@ -67,15 +67,12 @@ def assign_blocks(
     Returns None when no schedule exists with that many blocks (a block would be reused by two
     adjacent traps, leaving no trap at whose entry the copy could be issued).
     """
-    m = len(traps)
-    if m == 0:
+    if not traps:
         return Assignment((), (), (), ())
-    if n_traps < 2 or num_blocks < 1:
+    counts = _block_counts(len(traps), n_traps, num_blocks, min_blocks)
+    if counts is None:
         return None
-    k = min(num_blocks, m)
-    least = min(min_blocks, m)
-    if least > k:
-        return None
+    k, least = counts
     for order in _tries(mode):
         blocks = order(traps, sizes, n_traps, k, least)
         done = None if blocks is None else _schedule(traps, sizes, n_traps, blocks)
@@ -94,15 +91,12 @@ def assigned_bytes(
 ) -> int | None:
     """The total block bytes of `assign_blocks` with the same arguments (None where it returns
     None), without building the schedule: what a memory check needs."""
-    m = len(traps)
-    if m == 0:
+    if not traps:
         return 0
-    if n_traps < 2 or num_blocks < 1:
+    counts = _block_counts(len(traps), n_traps, num_blocks, min_blocks)
+    if counts is None:
         return None
-    k = min(num_blocks, m)
-    least = min(min_blocks, m)
-    if least > k:
-        return None
+    k, least = counts
     for order in _tries(mode):
         total: int | None
         if order is _strict:  # uses all k blocks
@@ -119,6 +113,16 @@ def assigned_bytes(
         if total is not None:
             return total
     return None
+
+
+def _block_counts(m: int, n_traps: int, num_blocks: int, min_blocks: int
+                  ) -> tuple[int, int] | None:  # fmt: skip
+    """For `m` > 0 transfers: the most blocks to use and the fewest an order must use (None
+    when no assignment can: fewer than two traps, no blocks, or more required than allowed)."""
+    if n_traps < 2 or num_blocks < 1:
+        return None
+    k, least = min(num_blocks, m), min(min_blocks, m)
+    return None if least > k else (k, least)
 
 
 _Order = Callable[[tuple[int, ...], tuple[int, ...], int, int, int], "tuple[int, ...] | None"]

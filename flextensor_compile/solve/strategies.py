@@ -12,7 +12,8 @@ Owns: `solve(problem, strategy) -> Plan` and the documented algorithm of every s
   blocks paired caps (one cap per block class, `paired`) and with one or two blocks or the
   ring the fewest, largest transfers that cover the deficit (`cover`), keeping the best
   simulated;
-- adaptive (default): all of the above, best by makespan, then peak, then streamed bytes.
+- adaptive (default): all of the above, and when copies dominate the plan of the traps merged
+  by parent module lifted back (`grouping`); best by makespan, then peak, then streamed bytes.
 In memory mode every strategy bisects its level to the least streaming that fits the budget,
 for each layout tried (block count x block order); latency mode streams what fits the windows
 scaled by `transfer_budget_scale`, uncapped.
@@ -21,12 +22,14 @@ Must not know: the profile format, files, clocks.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 
 from flextensor_compile.solve.assign import orders_for
 from flextensor_compile.solve.cover import cover_selections
 from flextensor_compile.solve.families import MIN_WINDOW_MS, CapFamily, Context, make_context
+from flextensor_compile.solve.grouping import group_traps, lift, merged_problem
 from flextensor_compile.solve.paired import classes_of, paired_caps
 from flextensor_compile.solve.plan import RING, Pick, Plan, Selection, build_plan, pick_of
 from flextensor_compile.solve.problem import Problem
@@ -337,12 +340,40 @@ def _largest(p: Problem, sel: Selection) -> int:
 
 def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     """The best plan `strategy` finds; `BudgetError` (with the smallest feasible budget) if none
-    fits in memory mode."""
+    fits in memory mode. `adaptive` also lifts the plan of the traps merged by parent module
+    (`grouping`) back onto the traps."""
+    return _solve(problem, strategy, grouped=True)
+
+
+def _grouped_plans(ctx: Context) -> Iterator[Plan]:
+    """The merged problem's `adaptive` plan, its selection lifted onto the traps, built with
+    every layout (the finer traps hold each weight for less time than their group did)."""
+    p = ctx.problem
+    groups = group_traps(p)
+    if groups is None:
+        return
+    try:
+        coarse = _solve(merged_problem(p, groups), DEFAULT_STRATEGY, grouped=False)
+    except BudgetError:
+        return
+    selection = lift(p, groups, coarse.selection)
+    for lay in layouts(p):
+        plan = build_plan(p, selection, lay[0], coarse.strategy, lay[1], cache=ctx.plans)
+        if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
+            continue
+        if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:
+            yield plan
+
+
+def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan:
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     ctx = make_context(problem)
     best: Plan | None = None
-    for plan in _candidates(ctx, strategy):
+    candidates = _candidates(ctx, strategy)
+    if grouped and strategy == DEFAULT_STRATEGY and _copies_dominate(ctx):
+        candidates = itertools.chain(candidates, _grouped_plans(ctx))
+    for plan in candidates:
         if best is None or plan.rank_key() < best.rank_key():
             best = plan
     budget = problem.budget_bytes

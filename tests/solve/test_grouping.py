@@ -1,0 +1,78 @@
+"""Grouped candidates: traps merged by parent module, solved, and the plan lifted back."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
+from flextensor_compile.solve import problem_from_stats, solve
+from flextensor_compile.solve.grouping import group_traps, lift, merged_problem
+from flextensor_compile.solve.plan import pick_of
+from flextensor_compile.solve.strategies import _solve
+from flextensor_compile.stats import Stats, TrapStat
+from flextensor_runtime.profile import PlanConfig
+from tests.solve.instances import device as small_device
+from tests.solve.instances import tensor
+
+EXAMPLES = int(os.environ.get("FLEXTENSOR_SOLVER_EXAMPLES", "60"))
+
+
+def _stats(names: list[str]) -> Stats:
+    traps = tuple(
+        TrapStat(n, 1.0, () if n.startswith("gap:") else (tensor(f"{n}.w", 1000 + 10 * i),),
+                 kind="gap" if n.startswith("gap:") else "module")
+        for i, n in enumerate(names)
+    )  # fmt: skip
+    return Stats("names", small_device(), traps)
+
+
+def test_groups_follow_parent_paths_and_take_the_gaps_between() -> None:
+    names = ["embed", "l.0.attn.q", "l.0.attn.k", "gap:after:l.0.attn.k", "l.0.attn.o",
+             "gap:after:l.0.attn.o", "l.0.mlp.up", "l.0.mlp.down", "head"]  # fmt: skip
+    problem = problem_from_stats(_stats(names), PlanConfig())
+    assert group_traps(problem) == ((0,), (1, 2, 3, 4), (5,), (6, 7), (8,))
+    merged = merged_problem(problem, group_traps(problem) or ())
+    assert [t.name for t in merged.traps] == ["embed", "l.0.attn", names[5], "l.0.mlp", "head"]
+    assert merged.traps[1].compute_ms == 4.0 and len(merged.traps[1].items) == 3
+
+
+def test_stack_elements_are_not_grouped() -> None:
+    problem = problem_from_stats(_stats([f"blocks.{i}" for i in range(6)]), PlanConfig())
+    assert group_traps(problem) is None  # `blocks.3` is an element of a stack
+
+
+@st.composite
+def _selections(draw: st.DrawFn) -> tuple:
+    layers = draw(st.integers(1, 4))
+    names = [f"m.{i}.{part}" for i in range(layers) for part in ("a.q", "a.k", "f.up", "f.down")]
+    problem = problem_from_stats(_stats(names), PlanConfig())
+    groups = group_traps(problem)
+    assert groups is not None
+    merged = merged_problem(problem, groups)
+    sel = tuple(tuple(k for k in range(len(t.items)) if draw(st.booleans())) for t in merged.traps)
+    return problem, groups, merged, sel
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_selections())
+def test_lift_streams_the_same_tensors(case: tuple) -> None:
+    problem, groups, merged, sel = case
+    lifted = lift(problem, groups, sel)
+    names = {problem.traps[o].items[k].name for o, ch in enumerate(lifted) for k in ch}
+    assert names == {merged.traps[g].items[k].name for g, ch in enumerate(sel) for k in ch}
+    assert pick_of(problem, lifted).streamed_bytes == pick_of(merged, sel).streamed_bytes
+
+
+def test_a_grouped_plan_wins_where_the_traps_alone_do_not_find_it() -> None:
+    base = INSTANCES["llama-8b-prefill2k"]()
+    weights = sum(t.bytes for tr in base.traps for t in tr.tensors if t.tie is None)
+    stats = replace(base, device=device(BANDWIDTHS["pcie4"]))
+    problem = problem_from_stats(stats, PlanConfig(budget_bytes=int(0.9 * weights)))
+    alone = _solve(problem, "adaptive", grouped=False)
+    best = solve(problem)
+    assert best.peak_bytes <= (problem.budget_bytes or 0)
+    assert best.makespan_ms < alone.makespan_ms * 0.999

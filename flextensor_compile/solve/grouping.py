@@ -8,17 +8,19 @@ the merged problem back to the members (each member streams the items it owns).
 A coarse plan's structure (e.g. one MLP weight and the attention weights of each layer,
 interleaved in a ring) is then available to the finer traps, which can only hold the bytes for
 less time; the caller builds and simulates the lifted selection like any other.
-Must not know: how the merged problem is solved, modules, torch.
+Must not know: how the merged problem is solved (the caller passes the solver), modules, torch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from flextensor_compile.solve.plan import Selection
+from flextensor_compile.solve.plan import Plan, PlanCache, Selection, build_plan
 from flextensor_compile.solve.problem import Problem, TrapSpec
+from flextensor_runtime.errors import BudgetError
 
-__all__ = ["Groups", "group_traps", "lift", "merged_problem"]
+__all__ = ["Groups", "group_traps", "grouped_plans", "lift", "merged_problem"]
 
 Groups = tuple[tuple[int, ...], ...]  # trap orders of each group, in order, covering every trap
 _MERGE_FACTOR = 1.2  # grouping must cut the trap count by this factor to be worth a solve
@@ -85,3 +87,28 @@ def lift(problem: Problem, groups: Groups, selection: Selection) -> Selection:
             out[order] = tuple(k for k in range(n) if offset + k in picked)
             offset += n
     return tuple(out)
+
+
+def grouped_plans(
+    problem: Problem,
+    solve_merged: Callable[[Problem], Plan],
+    layouts: tuple[tuple[int, str, int], ...],
+    cache: PlanCache,
+) -> Iterator[Plan]:
+    """The merged problem's plan (`solve_merged`), its selection lifted onto the traps, built
+    with every layout (the finer traps hold each weight for less time than their group did);
+    only plans within the budget and `min_blocks`."""
+    groups = group_traps(problem)
+    if groups is None:
+        return
+    try:
+        coarse = solve_merged(merged_problem(problem, groups))
+    except BudgetError:
+        return
+    selection = lift(problem, groups, coarse.selection)
+    for blocks, order, _headroom in layouts:
+        plan = build_plan(problem, selection, blocks, coarse.strategy, order, cache=cache)
+        if plan is None or len(plan.block_bytes) < min(problem.min_blocks, len(plan.transfers)):
+            continue
+        if problem.budget_bytes is None or plan.peak_bytes <= problem.budget_bytes:
+            yield plan

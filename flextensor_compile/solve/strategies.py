@@ -25,11 +25,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from flextensor_compile.solve.assign import orders_for
 from flextensor_compile.solve.cover import cover_selections
 from flextensor_compile.solve.families import MIN_WINDOW_MS, CapFamily, Context, make_context
-from flextensor_compile.solve.grouping import group_traps, lift, merged_problem
+from flextensor_compile.solve.grouping import grouped_plans
 from flextensor_compile.solve.paired import classes_of, paired_caps
 from flextensor_compile.solve.plan import RING, Pick, Plan, Selection, build_plan, pick_of
 from flextensor_compile.solve.problem import Problem
@@ -345,26 +346,6 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     return _solve(problem, strategy, grouped=True)
 
 
-def _grouped_plans(ctx: Context) -> Iterator[Plan]:
-    """The merged problem's `adaptive` plan, its selection lifted onto the traps, built with
-    every layout (the finer traps hold each weight for less time than their group did)."""
-    p = ctx.problem
-    groups = group_traps(p)
-    if groups is None:
-        return
-    try:
-        coarse = _solve(merged_problem(p, groups), DEFAULT_STRATEGY, grouped=False)
-    except BudgetError:
-        return
-    selection = lift(p, groups, coarse.selection)
-    for lay in layouts(p):
-        plan = build_plan(p, selection, lay[0], coarse.strategy, lay[1], cache=ctx.plans)
-        if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
-            continue
-        if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:
-            yield plan
-
-
 def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan:
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -372,7 +353,9 @@ def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan:
     best: Plan | None = None
     candidates = _candidates(ctx, strategy)
     if grouped and strategy == DEFAULT_STRATEGY and _copies_dominate(ctx):
-        candidates = itertools.chain(candidates, _grouped_plans(ctx))
+        merged = partial(_solve, strategy=DEFAULT_STRATEGY, grouped=False)
+        candidates = itertools.chain(candidates, grouped_plans(problem, merged, layouts(problem),
+                                                               ctx.plans))  # fmt: skip
     for plan in candidates:
         if best is None or plan.rank_key() < best.rank_key():
             best = plan

@@ -57,8 +57,9 @@ def _traps(c: Compilation) -> int:
 def choose_granularity(measure: Callable[[bool], Compilation], config: PlanConfig) -> Compilation:
     """`measure(leaves)` runs discovery and measurement at one granularity. Module traps are
     measured first; leaf traps only when the module plan stalls or fits no plan, and they are
-    kept when `prefer_leaves` says so (or only they fit). The kept compilation's cost counts
-    both measurements."""
+    kept when `prefer_leaves` says so, when only they fit, or when neither fits (planning then
+    fails naming the smaller budget leaf traps need). The kept compilation's cost counts both
+    measurements."""
     modules = measure(False)
     coarse = _solved(modules.stats, config)
     if coarse is not None and coarse[1].makespan_ms <= coarse[0].compute_ms * (1 + 1e-9):
@@ -66,8 +67,12 @@ def choose_granularity(measure: Callable[[bool], Compilation], config: PlanConfi
                 "were not measured")  # fmt: skip
         return replace(modules, notes=(*modules.notes, note))
     leaves = measure(True)
-    fine = _solved(leaves.stats, config) if _traps(leaves) != _traps(modules) else None
-    use_leaves = fine is not None and (coarse is None or prefer_leaves(coarse, fine))
+    split = _traps(leaves) != _traps(modules)
+    fine = _solved(leaves.stats, config) if split else None
+    if coarse is None and fine is None:  # neither fits: finer traps need the smaller budget,
+        use_leaves = split  # so their error names the budget to ask for
+    else:
+        use_leaves = fine is not None and (coarse is None or prefer_leaves(coarse, fine))
     kept = leaves if use_leaves else modules
     cost = replace(
         kept.cost,

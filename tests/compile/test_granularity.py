@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from flextensor_compile.config import OffloadConfig
 from flextensor_compile.discover.patterns import leaf_traps, select_traps
 from flextensor_runtime.backend import CpuBackend
 from flextensor_runtime.deploy import handle, offload_from_profile
-from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.errors import BudgetError, ConfigError
 from profiles import tiny_transformer
 from tests.compile import models
 from tests.runtime.conftest import assert_same, snapshot
@@ -170,3 +171,23 @@ def test_cli_granularity(tmp_path, capsys) -> None:
     assert code != 0 and "granularity 'leaf' is not known; did you mean 'leaves'?" in err
     with pytest.raises(ConfigError, match="--granularity"):
         OffloadConfig(granularity="layers")
+
+
+def test_auto_takes_leaves_where_only_they_fit() -> None:
+    """Leaf traps stage less, so a budget between the two smallest feasible budgets fits only
+    them; auto keeps them and says modules fit no plan."""
+    model = tiny_transformer.build_model()
+    x = tiny_transformer.example_inputs()
+    cfg = OffloadConfig(target="rtx4090", budget_bytes=800_000, granularity="auto")
+    with pytest.raises(BudgetError):
+        compile_profile(model, x, cfg.replace(granularity="modules"))
+    c = collect_stats(model, x, cfg)
+    assert c.granularity == "leaves" and "fit no plan" in c.notes[-1]
+    profile = compile_profile(model, x, cfg)
+    assert profile.predicted.peak_bytes <= 800_000
+    with pytest.raises(BudgetError) as info:  # below what leaves need too: their error
+        compile_profile(model, x, cfg.replace(budget_bytes=500_000))
+    with pytest.raises(BudgetError) as coarse:
+        compile_profile(model, x, cfg.replace(budget_bytes=500_000, granularity="modules"))
+    asked = [int(re.search(r"at least (\d+) bytes", str(e.value)).group(1)) for e in (info, coarse)]
+    assert asked[0] < asked[1]

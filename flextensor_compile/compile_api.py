@@ -22,7 +22,7 @@ from flextensor_compile.measure import DeviceChoice, choose_device, measure_comp
 from flextensor_compile.measure.targets import get_target
 from flextensor_compile.model_file import Inputs, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, canonical_stats
-from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
 from flextensor_runtime.profile import PlanConfig, Profile
 
@@ -217,8 +217,21 @@ def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Pro
     from flextensor_compile.planning import plan_profile
 
     plan_config = _plan_config(config)
-    return plan_profile(canonical_stats(stats), plan_config,
-                        command=command or plan_command(plan_config))  # fmt: skip
+    try:
+        return plan_profile(canonical_stats(stats), plan_config,
+                            command=command or plan_command(plan_config))  # fmt: skip
+    except BudgetError as exc:
+        if config.granularity != "modules" or not _splittable(stats):
+            raise
+        raise BudgetError(
+            f"{exc}; or pass --granularity auto: traps at the modules inside these that own "
+            "the weights stage less, so a smaller budget may fit"
+        ) from None
+
+
+def _splittable(stats: Stats) -> bool:
+    """Whether some trap holds more than one tensor (leaf traps could then stage less)."""
+    return any(sum(t.tie is None for t in trap.tensors) > 1 for trap in stats.traps)
 
 
 def _plan_config(config: OffloadConfig) -> PlanConfig:

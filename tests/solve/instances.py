@@ -29,6 +29,7 @@ def uniform_stats(layers: int, compute_ms: float = 1.0, elems: int = 1000) -> St
 @st.composite
 def random_stats(draw: st.DrawFn, max_traps: int = 8, max_tensors: int = 4) -> Stats:
     n = draw(st.integers(1, max_traps))
+    nested = draw(st.booleans())  # names with parent paths: `adaptive`'s grouped candidates run
     traps = []
     names: list[tuple[int, str]] = []
     for i in range(n):
@@ -46,7 +47,8 @@ def random_stats(draw: st.DrawFn, max_traps: int = 8, max_tensors: int = 4) -> S
                                       offloadable=draw(st.integers(0, 9)) > 0))  # fmt: skip
                 if tie is None:
                     names.append((i, name))
-        traps.append(TrapStat(f"trap{i}", compute, tuple(tensors), kind=kind))
+        name = f"layer.{i // 3}.part{i % 3}" if nested else f"trap{i}"
+        traps.append(TrapStat(name, compute, tuple(tensors), kind=kind))
     untrapped = (tensor("untrapped.w", draw(st.integers(1, 3000))),) if draw(st.booleans()) else ()
     bw = draw(st.sampled_from([1e6, 5e6, 2e7]))
     latency = draw(st.sampled_from([0.0, 0.01]))

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import replace
+from functools import partial
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
+from flextensor_compile.emit import emit_profile
 from flextensor_compile.solve import problem_from_stats, solve
-from flextensor_compile.solve.grouping import group_traps, lift, merged_problem
-from flextensor_compile.solve.plan import pick_of
-from flextensor_compile.solve.strategies import _solve
+from flextensor_compile.solve.grouping import group_traps, grouped_plans, lift, merged_problem
+from flextensor_compile.solve.plan import PlanCache, pick_of
+from flextensor_compile.solve.strategies import _solve, layouts
 from flextensor_compile.stats import Stats, TrapStat
-from flextensor_runtime.profile import PlanConfig
+from flextensor_runtime.profile import Meta, PlanConfig, check_profile, occupied_slots
 from tests.solve.instances import device as small_device
-from tests.solve.instances import tensor
+from tests.solve.instances import random_stats, tensor, total_bytes
 
 EXAMPLES = int(os.environ.get("FLEXTENSOR_SOLVER_EXAMPLES", "60"))
 
@@ -76,3 +79,23 @@ def test_a_grouped_plan_wins_where_the_traps_alone_do_not_find_it() -> None:
     best = solve(problem)
     assert best.peak_bytes <= (problem.budget_bytes or 0)
     assert best.makespan_ms < alone.makespan_ms * 0.999
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_stats(max_traps=12), st.floats(0.05, 1.0))
+def test_every_grouped_candidate_is_a_valid_plan(stats: Stats, fraction: float) -> None:
+    """Lifted plans go through the same checks as every other: within the budget, each streamed
+    tensor copied once into its block, no two held transfers sharing bytes (`check_profile`)."""
+    budget = max(1, int(fraction * total_bytes(stats)))
+    problem = problem_from_stats(stats, PlanConfig(budget_bytes=budget))
+    merged = partial(_solve, strategy="adaptive", grouped=False)
+    config = PlanConfig(budget_bytes=budget)
+    meta = Meta("t", "t", "", stats.timing_source)
+    for plan in grouped_plans(problem, merged, layouts(problem), PlanCache()):
+        assert plan.peak_bytes <= budget
+        profile = emit_profile(stats, config, problem, plan, meta)
+        check_profile(profile)
+        n = len(profile.traps)
+        for a, b in itertools.combinations(profile.schedule, 2):
+            if a.block == b.block and set(occupied_slots(a, n)) & set(occupied_slots(b, n)):
+                assert a.offset + a.bytes <= b.offset or b.offset + b.bytes <= a.offset

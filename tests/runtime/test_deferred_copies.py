@@ -132,13 +132,12 @@ def test_a_missing_wait_is_caught() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_manual_traps(mode: str) -> None:
-    from tests.runtime.test_manual_replan import _drive, _Stages
+    from tests.runtime.test_manual_replan import STAGES, _drive, _Stages
 
     torch.manual_seed(0)
     model, x = _Stages().eval(), torch.randn(5, 24)
     plain = _drive(model, x, manual=False)
-    stages = {"stage_a": ["l0", "l1"], "stage_b": ["l2"], "stage_c": ["l3"]}
-    profile = build_profile(model, list(stages), manual=stages, num_blocks=2, prefetch=2, mode=mode)
+    profile = build_profile(model, list(STAGES), manual=STAGES, num_blocks=2, prefetch=2, mode=mode)
     backend = DeferredBackend()
     deploy(model, profile, backend=backend)
     for _ in range(ITERS):

@@ -23,6 +23,9 @@ class _Stages(nn.Module):
         self.l0, self.l1, self.l2, self.l3 = (nn.Linear(24, 24) for _ in range(4))
 
 
+STAGES = {"stage_a": ["l0", "l1"], "stage_b": ["l2"], "stage_c": ["l3"]}  # manual trap -> modules
+
+
 def _drive(model: _Stages, x: torch.Tensor, manual: bool) -> torch.Tensor:
     with torch.no_grad():
         if not manual:
@@ -40,8 +43,7 @@ def test_manual_traps_follow_the_schedule(mode: str) -> None:
     torch.manual_seed(0)
     model, x = _Stages().eval(), torch.randn(5, 24)
     plain = _drive(model, x, manual=False)
-    stages = {"stage_a": ["l0", "l1"], "stage_b": ["l2"], "stage_c": ["l3"]}
-    profile = build_profile(model, list(stages), manual=stages, num_blocks=3, prefetch=1, mode=mode)
+    profile = build_profile(model, list(STAGES), manual=STAGES, num_blocks=3, prefetch=1, mode=mode)
     assert {t.kind for t in profile.traps} == {"manual"}
     h = deploy(model, profile)
     for _ in range(3):

@@ -1,13 +1,15 @@
-"""Grouped candidates: solve the traps merged by their parent module, then split the plan back.
+"""Grouped candidates: solve the traps merged by a common ancestor, then split the plan back.
 
-Owns: finding groups (runs of consecutive traps whose names share a parent path, with the gap
-traps between them; a trap whose name ends in a number, an element of a stack such as
-`layers.3`, is never grouped with its siblings), the merged problem (one trap per group: the
-members' compute summed, their items in order, their pinned bytes), and lifting a selection of
-the merged problem back to the members (each member streams the items it owns).
+Owns: finding groups at two levels (runs of consecutive traps whose names share a parent path,
+or that lie inside one stack element such as `layers.3`, with the gap traps between them; a
+trap whose name ends in a number, itself an element of a stack, is never grouped with its
+siblings by parent path), the merged problem (one trap per group: the members' compute summed,
+their items in order, their pinned bytes), and lifting a plan of the merged problem back to the
+members (each member streams the items it owns): its selection, rebuilt with every layout, and
+its own layout, each coarse copy's region split among the members that read it.
 A coarse plan's structure (e.g. one MLP weight and the attention weights of each layer,
-interleaved in a ring) is then available to the finer traps, which can only hold the bytes for
-less time; the caller builds and simulates the lifted selection like any other.
+interleaved in a ring, or a whole layer's weights in one of two blocks) is then available to the
+finer traps, which can only hold the bytes for less time.
 Must not know: how the merged problem is solved (the caller passes the solver), modules, torch.
 """
 
@@ -16,11 +18,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from flextensor_compile.solve.plan import Plan, PlanCache, Selection, build_plan
-from flextensor_compile.solve.problem import Problem, TrapSpec
+from flextensor_compile.solve.plan import (
+    Plan,
+    PlanCache,
+    PlannedTransfer,
+    Selection,
+    build_plan,
+    plan_of_transfers,
+)
+from flextensor_compile.solve.problem import TINY_RATIO, Problem, TrapSpec
 from flextensor_runtime.errors import BudgetError
 
-__all__ = ["Groups", "group_traps", "grouped_plans", "lift", "merged_problem"]
+__all__ = [
+    "LEVELS",
+    "Groups",
+    "group_traps",
+    "grouped_plans",
+    "lift",
+    "lift_plan",
+    "merged_problem",
+]
 
 Groups = tuple[tuple[int, ...], ...]  # trap orders of each group, in order, covering every trap
 _MERGE_FACTOR = 1.2  # grouping must cut the trap count by this factor to be worth a solve
@@ -35,17 +52,34 @@ def _parent(name: str) -> str | None:
     return parent
 
 
-def group_traps(problem: Problem) -> Groups | None:
-    """Runs of consecutive traps with one parent (gap traps between two members join the run);
-    None when that merges too little to matter."""
+def _element(name: str) -> str | None:
+    """The stack element a trap lies inside (`layers.3` for `layers.3.mlp.up`; None: a gap
+    trap, a trap that is itself a stack element, or one outside every stack)."""
+    parts = name.split(".")
+    if name.startswith("gap:"):
+        return None
+    for i, part in enumerate(parts[:-1]):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return None
+
+
+LEVELS = {"parent": _parent, "element": _element}
+
+
+def group_traps(problem: Problem, level: str = "parent") -> Groups | None:
+    """Runs of consecutive traps with one parent (`level` "parent") or inside one stack element
+    ("element"), gap traps between two members joining the run; None when that merges too
+    little to matter."""
+    key = LEVELS[level]
     groups: list[list[int]] = []
     current: str | None = None
     pending: list[int] = []  # gap traps after the current run, joined if the run goes on
     for order, trap in enumerate(problem.traps):
-        parent = None if trap.kind == "gap" else _parent(trap.name)
         if trap.kind == "gap":
             pending.append(order)
             continue
+        parent = key(trap.name)
         if parent is not None and parent == current:
             groups[-1].extend([*pending, order])
         else:
@@ -58,8 +92,30 @@ def group_traps(problem: Problem) -> Groups | None:
     return tuple(tuple(g) for g in groups)
 
 
+def _common_path(names: list[str]) -> str:
+    """The longest dotted path every name starts with (the members' ancestor)."""
+    split = [n.split(".") for n in names]
+    common = []
+    for parts in zip(*split, strict=False):
+        if any(p != parts[0] for p in parts):
+            break
+        common.append(parts[0])
+    return ".".join(common) or names[0]
+
+
+def _kept(problem: Problem, members: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(member order, item index) of each item of a group that its merged trap can stream, in
+    member order: a tensor under 1/`TINY_RATIO` of the group's largest stays resident, as it
+    would in a trap recorded at that granularity (alone it would take a copy and a block)."""
+    traps = problem.traps
+    largest = max((it.bytes for o in members for it in traps[o].items), default=0)
+    return [(o, k) for o in members for k, it in enumerate(traps[o].items)
+            if it.bytes * TINY_RATIO >= largest]  # fmt: skip
+
+
 def merged_problem(problem: Problem, groups: Groups) -> Problem:
-    """One trap per group: summed compute, the members' items in member order, summed pins."""
+    """One trap per group: summed compute, the members' items in member order (but tiny ones,
+    `_kept`), summed pins."""
     traps = []
     for members in groups:
         first = problem.traps[members[0]]
@@ -67,26 +123,57 @@ def merged_problem(problem: Problem, groups: Groups) -> Problem:
             traps.append(first)
             continue
         parts = [problem.traps[o] for o in members]
+        items = tuple(problem.traps[o].items[k] for o, k in _kept(problem, members))
+        streamable = sum(it.bytes for t in parts for it in t.items)
         traps.append(TrapSpec(
-            _parent(first.name) or first.name, "module",
-            sum(t.compute_ms for t in parts),
-            tuple(it for t in parts for it in t.items),
-            sum(t.pinned_bytes for t in parts),
+            _common_path([t.name for t in parts if t.kind != "gap"]), "module",
+            sum(t.compute_ms for t in parts), items,
+            sum(t.pinned_bytes for t in parts) + streamable - sum(it.bytes for it in items),
         ))  # fmt: skip
     return replace(problem, traps=tuple(traps))
 
 
+def _owners(problem: Problem, groups: Groups) -> list[list[tuple[int, int]]]:
+    """Per group, (member order, item index) of each item of its merged trap."""
+    return [_kept(problem, m) if len(m) > 1 else [(m[0], k) for k in
+            range(len(problem.traps[m[0]].items))] for m in groups]  # fmt: skip
+
+
 def lift(problem: Problem, groups: Groups, selection: Selection) -> Selection:
     """A selection of `merged_problem(problem, groups)` as a selection of `problem`."""
-    out: list[tuple[int, ...]] = [() for _ in problem.traps]
-    for members, chosen in zip(groups, selection, strict=True):
-        offset = 0
-        picked = set(chosen)
-        for order in members:
-            n = len(problem.traps[order].items)
-            out[order] = tuple(k for k in range(n) if offset + k in picked)
-            offset += n
-    return tuple(out)
+    out: list[list[int]] = [[] for _ in problem.traps]
+    for owners, chosen in zip(_owners(problem, groups), selection, strict=True):
+        for j in chosen:
+            order, k = owners[j]
+            out[order].append(k)
+    return tuple(tuple(sorted(ks)) for ks in out)
+
+
+def lift_plan(problem: Problem, groups: Groups, coarse: Plan, cache: PlanCache) -> Plan:
+    """`coarse` (a plan of `merged_problem(problem, groups)`) with its own blocks and issue
+    points: each coarse copy's region is split, in member order, among the members that own its
+    items, each member's part its own copy, issued at the entry of the issuing group's first
+    member and released once that member has finished."""
+    owners = _owners(problem, groups)
+    slots = problem.item_slot_bytes
+    bw = problem.bandwidth
+    transfers = []
+    for x in coarse.transfers:
+        mine: dict[int, list[int]] = {}
+        for j in x.items:
+            order, k = owners[x.trap][j]
+            mine.setdefault(order, []).append(k)
+        offset = x.offset
+        for order in sorted(mine):
+            ks = tuple(sorted(mine[order]))
+            size = sum(slots[order][k] for k in ks)
+            transfers.append(PlannedTransfer(order, x.block, size, groups[x.issue_at][0], order,
+                                             cache.copy_ms(bw, size), ks, offset))  # fmt: skip
+            offset += size
+        assert offset == x.offset + x.bytes  # the members' parts tile the coarse region
+    selection = lift(problem, groups, coarse.selection)
+    return plan_of_transfers(problem, selection, coarse.strategy, coarse.block_bytes,
+                             tuple(transfers), cache)  # fmt: skip
 
 
 def grouped_plans(
@@ -95,20 +182,27 @@ def grouped_plans(
     layouts: tuple[tuple[int, str, int], ...],
     cache: PlanCache,
 ) -> Iterator[Plan]:
-    """The merged problem's plan (`solve_merged`), its selection lifted onto the traps, built
-    with every layout (the finer traps hold each weight for less time than their group did);
-    only plans within the budget and `min_blocks`."""
-    groups = group_traps(problem)
-    if groups is None:
-        return
-    try:
-        coarse = solve_merged(merged_problem(problem, groups))
-    except BudgetError:
-        return
-    selection = lift(problem, groups, coarse.selection)
-    for blocks, order, _headroom in layouts:
-        plan = build_plan(problem, selection, blocks, coarse.strategy, order, cache=cache)
-        if plan is None or len(plan.block_bytes) < min(problem.min_blocks, len(plan.transfers)):
+    """For each level's groups, the merged problem's plan (`solve_merged`) lifted onto the
+    traps: its selection built with every layout (the finer traps hold each weight for less
+    time than their group did), and its own layout (`lift_plan`); only plans within the budget
+    and `min_blocks`."""
+    seen: set[Groups] = set()
+    for level in LEVELS:
+        groups = group_traps(problem, level)
+        if groups is None or groups in seen:
             continue
-        if problem.budget_bytes is None or plan.peak_bytes <= problem.budget_bytes:
-            yield plan
+        seen.add(groups)
+        try:
+            coarse = solve_merged(merged_problem(problem, groups))
+        except BudgetError:
+            continue
+        selection = lift(problem, groups, coarse.selection)
+        plans = [build_plan(problem, selection, blocks, coarse.strategy, order, cache=cache)
+                 for blocks, order, _headroom in layouts]  # fmt: skip
+        if coarse.transfers:
+            plans.append(lift_plan(problem, groups, coarse, cache))
+        for plan in plans:
+            if plan is None or len(plan.block_bytes) < min(problem.min_blocks, len(plan.transfers)):
+                continue
+            if problem.budget_bytes is None or plan.peak_bytes <= problem.budget_bytes:
+                yield plan

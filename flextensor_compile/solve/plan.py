@@ -30,6 +30,7 @@ __all__ = [
     "pick_memory",
     "pick_of",
     "plan_memory",
+    "plan_of_transfers",
 ]
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
@@ -180,6 +181,19 @@ def build_plan(
     resident = problem.total_bytes - streamed
     peak = resident + sum(a.block_bytes) + problem.reserve_bytes
     return Plan(strategy, selection, a.block_bytes, transfers, resident, streamed, peak, sim)
+
+
+def plan_of_transfers(problem: Problem, selection: Selection, strategy: str,
+                      block_bytes: tuple[int, ...], transfers: tuple[PlannedTransfer, ...],
+                      cache: PlanCache) -> Plan:  # fmt: skip
+    """The plan of a schedule laid out elsewhere (`transfers` into blocks of `block_bytes`
+    covering `selection`), simulated."""
+    sim = _simulated(problem, [x.trap for x in transfers], [x.issue_at for x in transfers],
+                     [x.bytes for x in transfers], cache)  # fmt: skip
+    streamed = cache.pick(problem, selection).streamed_bytes
+    resident = problem.total_bytes - streamed
+    peak = resident + sum(block_bytes) + problem.reserve_bytes
+    return Plan(strategy, selection, block_bytes, transfers, resident, streamed, peak, sim)
 
 
 def _simulated(problem: Problem, traps: list[int], issue_at: list[int], sizes: list[int],

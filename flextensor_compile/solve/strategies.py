@@ -12,8 +12,9 @@ Owns: `solve(problem, strategy) -> Plan` and the documented algorithm of every s
   blocks paired caps (one cap per block class, `paired`) and with one or two blocks or the
   ring the fewest, largest transfers that cover the deficit (`cover`), keeping the best
   simulated;
-- adaptive (default): all of the above, and when copies dominate the plan of the traps merged
-  by parent module lifted back (`grouping`); best by makespan, then peak, then streamed bytes.
+- adaptive (default): all of the above, and when copies dominate or no plan is within 0.1% of
+  the bound the plans of the traps merged by parent module or stack element lifted back
+  (`grouping`); best by makespan, then peak, then streamed bytes.
 In memory mode every strategy bisects its level to the least streaming that fits the budget,
 for each layout tried (block count x block order); latency mode streams what fits the windows
 scaled by `transfer_budget_scale`, uncapped.
@@ -22,9 +23,8 @@ Must not know: the profile format, files, clocks.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 from flextensor_compile.solve.assign import orders_for
@@ -48,6 +48,7 @@ _RING_HEADROOM = (0.125, 0.25, 0.5, 1.0)
 _RING_RETRIES = 2  # families whose ring plans are refitted with headroom
 _RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection")  # under adaptive
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
+_GROUP_GAIN = 1e-3  # so are grouped candidates, unless copies dominate
 _COVER_KEPT = 2  # cover selections simulated per layout: those whose copies take least
 
 Layout = tuple[int, str, int]  # (number of blocks, block order, ring headroom bytes)
@@ -346,19 +347,28 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     return _solve(problem, strategy, grouped=True)
 
 
+def _best(plans: Iterable[Plan], best: Plan | None = None) -> Plan | None:
+    for plan in plans:
+        if best is None or plan.rank_key() < best.rank_key():
+            best = plan
+    return best
+
+
+def _grouping_may_gain(ctx: Context, best: Plan | None) -> bool:
+    """Grouped candidates are solved when copies dominate (coarse shapes then save staging) or
+    when the best plan is not yet within `_GROUP_GAIN` of the bound."""
+    gap = best is None or best.makespan_ms > _bound_ms(ctx.problem) * (1 + _GROUP_GAIN)
+    return gap or _copies_dominate(ctx)
+
+
 def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan:
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     ctx = make_context(problem)
-    best: Plan | None = None
-    candidates = _candidates(ctx, strategy)
-    if grouped and strategy == DEFAULT_STRATEGY and _copies_dominate(ctx):
+    best = _best(_candidates(ctx, strategy))
+    if grouped and strategy == DEFAULT_STRATEGY and _grouping_may_gain(ctx, best):
         merged = partial(_solve, strategy=DEFAULT_STRATEGY, grouped=False)
-        candidates = itertools.chain(candidates, grouped_plans(problem, merged, layouts(problem),
-                                                               ctx.plans))  # fmt: skip
-    for plan in candidates:
-        if best is None or plan.rank_key() < best.rank_key():
-            best = plan
+        best = _best(grouped_plans(problem, merged, layouts(problem), ctx.plans), best)
     budget = problem.budget_bytes
     if best is None and (budget is None or problem.total_bytes + problem.reserve_bytes <= budget):
         # all resident works in latency mode, and where the budget holds every weight (with the

@@ -11,10 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
+from bench.plan_quality.leaves import LEAF_INSTANCES
 from flextensor_compile.emit import emit_profile
 from flextensor_compile.solve import problem_from_stats, solve
-from flextensor_compile.solve.grouping import group_traps, grouped_plans, lift, merged_problem
+from flextensor_compile.solve.grouping import (
+    group_traps,
+    grouped_plans,
+    lift,
+    lift_plan,
+    merged_problem,
+)
 from flextensor_compile.solve.plan import PlanCache, pick_of
+from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.strategies import _solve, layouts
 from flextensor_compile.stats import Stats, TrapStat
 from flextensor_runtime.profile import Meta, PlanConfig, check_profile, occupied_slots
@@ -41,6 +49,16 @@ def test_groups_follow_parent_paths_and_take_the_gaps_between() -> None:
     merged = merged_problem(problem, group_traps(problem) or ())
     assert [t.name for t in merged.traps] == ["embed", "l.0.attn", names[5], "l.0.mlp", "head"]
     assert merged.traps[1].compute_ms == 4.0 and len(merged.traps[1].items) == 3
+
+
+def test_element_groups_span_one_stack_element() -> None:
+    names = ["gap:start", "embed", "l.0.attn.q", "gap:after:l.0.attn.q", "l.0.mlp.up",
+             "gap:after:l.0.mlp.up", "l.1.attn.q", "l.1.mlp.up", "l.1.mlp.down", "head"]  # fmt: skip
+    problem = problem_from_stats(_stats(names), PlanConfig())
+    assert group_traps(problem, "element") == ((0,), (1,), (2, 3, 4), (5,), (6, 7, 8), (9,))
+    merged = merged_problem(problem, group_traps(problem, "element") or ())
+    assert [t.name for t in merged.traps][2:5] == ["l.0", names[5], "l.1"]
+    assert group_traps(problem, "parent") is None  # one pair only: too little to matter
 
 
 def test_stack_elements_are_not_grouped() -> None:
@@ -99,3 +117,35 @@ def test_every_grouped_candidate_is_a_valid_plan(stats: Stats, fraction: float) 
         for a, b in itertools.combinations(profile.schedule, 2):
             if a.block == b.block and set(occupied_slots(a, n)) & set(occupied_slots(b, n)):
                 assert a.offset + a.bytes <= b.offset or b.offset + b.bytes <= a.offset
+
+
+def _leaf_case(instance: str, link: str, fraction: float, blocks: int) -> tuple[Problem, Problem]:
+    """The module and leaf problems of a plan-quality case, with exactly `blocks` blocks."""
+    base = INSTANCES[instance]()
+    weights = sum(t.bytes for tr in base.traps for t in tr.tensors if t.tie is None)
+    config = PlanConfig(budget_bytes=int(fraction * weights), num_blocks=blocks, min_blocks=blocks)
+    dev = device(BANDWIDTHS[link])
+    modules = problem_from_stats(replace(base, device=dev), config)
+    leaves = problem_from_stats(replace(LEAF_INSTANCES[instance](), device=dev), config)
+    return modules, leaves
+
+
+def test_a_lifted_layout_gives_leaf_traps_the_module_plan_with_two_blocks() -> None:
+    """With two blocks each leaf transfer alone takes a block; the plan of the leaves merged by
+    stack element, its layout kept (`lift_plan`), holds each block for a whole element again."""
+    modules, leaves = _leaf_case("flux-12b-1024px", "pcie5", 0.7, 2)
+    groups = group_traps(leaves, "element")
+    assert groups is not None  # a group per block, and the gap trap after each
+    assert len([g for g in groups if len(g) > 1]) == len(modules.traps) - 2  # less the embedders
+    coarse = _solve(merged_problem(leaves, groups), "adaptive", grouped=False)
+    lifted = lift_plan(leaves, groups, coarse, PlanCache())
+    assert lifted.block_bytes == coarse.block_bytes and lifted.peak_bytes == coarse.peak_bytes
+    for x in coarse.transfers:  # each coarse region is tiled by its members' parts
+        parts = sorted((t.offset, t.bytes) for t in lifted.transfers
+                       if t.block == x.block and groups[x.trap][0] <= t.trap <= groups[x.trap][-1]
+                       and x.offset <= t.offset < x.offset + x.bytes)  # fmt: skip
+        assert parts[0][0] == x.offset and sum(b for _, b in parts) == x.bytes
+        assert all(a + b == c for (a, b), (c, _) in itertools.pairwise(parts))
+    best = solve(leaves)
+    assert best.peak_bytes <= (leaves.budget_bytes or 0)
+    assert best.makespan_ms <= solve(modules).makespan_ms * 1.001

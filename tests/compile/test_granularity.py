@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -16,12 +17,20 @@ from flextensor_compile.cli.errors import run_guarded
 from flextensor_compile.compile_api import collect_stats, compile_profile
 from flextensor_compile.config import OffloadConfig
 from flextensor_compile.discover.patterns import leaf_traps, select_traps
+from flextensor_compile.emit import emit_profile
+from flextensor_compile.solve import problem_from_stats
+from flextensor_compile.solve.grouping import group_traps, lift_plan, merged_problem
+from flextensor_compile.solve.plan import PlanCache
+from flextensor_compile.solve.strategies import _solve
+from flextensor_compile.sweep import weight_bytes
 from flextensor_runtime.backend import CpuBackend
 from flextensor_runtime.deploy import handle, offload_from_profile
 from flextensor_runtime.errors import BudgetError, ConfigError
+from flextensor_runtime.profile import Meta, PlanConfig, check_profile, occupied_slots
 from profiles import tiny_transformer
 from tests.compile import models
 from tests.runtime.conftest import assert_same, snapshot
+from tests.runtime.deferred_backend import DeferredBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,3 +202,39 @@ def test_auto_takes_leaves_where_only_they_fit() -> None:
         compile_profile(model, x, cfg.replace(budget_bytes=500_000, granularity="modules"))
     asked = [int(re.search(r"at least (\d+) bytes", str(e.value)).group(1)) for e in (info, coarse)]
     assert asked[0] < asked[1]
+
+
+def test_a_lifted_layout_deploys_bit_identical_with_deferred_copies() -> None:
+    """A plan of the leaves merged by stack element, its layout lifted back (`lift_plan`), holds
+    several leaf transfers in flight in one block of a two-block layout: each must land in its
+    own bytes and be waited for by its own trap, with copies run as late as a copy stream may."""
+    from profiles import llama_small
+
+    model = llama_small.build_model()
+    ids = llama_small.example_inputs()
+    with torch.no_grad():
+        plain = model(**ids).logits
+    cfg = OffloadConfig(granularity="leaves", target="h100-pcie", budget_bytes=1 << 40)
+    stats = collect_stats(model, ids, cfg).stats
+    weights = weight_bytes(stats)
+    config = PlanConfig(budget_bytes=weights * 3 // 4, num_blocks=2, min_blocks=2)
+    problem = problem_from_stats(stats, config)
+    groups = group_traps(problem, "element")
+    assert groups is not None
+    coarse = _solve(merged_problem(problem, groups), "adaptive", grouped=False)
+    plan = lift_plan(problem, groups, coarse, PlanCache())
+    profile = emit_profile(stats, config, problem, plan, Meta("t", "t", "", stats.timing_source))
+    check_profile(profile)
+    n = len(profile.traps)
+    shared = [(a, b) for a, b in itertools.combinations(profile.schedule, 2)
+              if a.block == b.block and set(occupied_slots(a, n)) & set(occupied_slots(b, n))]  # fmt: skip
+    assert shared and len(profile.blocks) == 2  # transfers share a block while in flight
+    before = snapshot(model)
+    backend = DeferredBackend()
+    offload_from_profile(model, profile, backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(**ids).logits, plain)
+    assert backend.ran > 0 and backend.most_queued > 1
+    handle(model).remove()
+    assert_same(model, before)

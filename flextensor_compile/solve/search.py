@@ -4,20 +4,22 @@ Owns: bisection over a monotone cap level (a larger level streams more, so resid
 faster than block bytes grow), then a second bisection that mixes the last level that did not
 fit with the first that did, trap by trap in a spread-out order (so the streamed bytes exceed
 what the budget needs by at most about one trap's tensors); and the smallest feasible budget
-reported by `BudgetError`.
+reported by `BudgetError`, with the error itself (`budget_error`: what to raise or lower).
 Must not know: which family it is fitting, simulation.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.families import Context
 from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, pick_of
 from flextensor_compile.solve.problem import Problem
+from flextensor_runtime.errors import BudgetError
 
-__all__ = ["BISECT_STEPS", "fit_level", "peak_of", "smallest_memory"]
+__all__ = ["BISECT_STEPS", "budget_error", "fit_level", "peak_of", "smallest_memory"]
 
 BISECT_STEPS = 8
 _PROBES = 6  # levels tried below a top level that cannot be scheduled (down to hi / 4096)
@@ -193,3 +195,35 @@ def _least_peak(problem: Problem, pick: Pick, num_blocks: int, order: str) -> in
         return None
     resident = problem.total_bytes - pick.streamed_bytes
     return resident + sum(a.block_bytes) + problem.reserve_bytes
+
+
+def budget_error(problem: Problem, strategy: str, default: str,
+                 layouts: tuple[tuple[int, str], ...], selection: Selection) -> BudgetError:  # fmt: skip
+    """The error when no `strategy` plan fits: the smallest feasible budget (`smallest_memory`
+    over `layouts`, `selection` as the fallback), and what to raise or lower to reach it."""
+    least = smallest_memory(problem, layouts, selection)
+    hint = f"at least {least} bytes" if least is not None else "more memory"
+    also = "" if strategy == default else f" with --strategy {default}"
+    if problem.min_blocks > 1:
+        also += f", or lower --min-blocks (now {problem.min_blocks}): fewer blocks need less memory"
+    known = "" if least is None else f" (the smallest feasible budget is {hint})"
+    return BudgetError(
+        f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes{known}; "
+        f"{_raise_hint(problem, least, hint)}{also}"
+    )
+
+
+def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:
+    """What to raise: the --mem-fraction the smallest budget needs, when the budget was one."""
+    device = problem.fraction_of_bytes
+    if device is None or least is None:
+        return "raise --budget or --mem-fraction" if least is None else f"raise --budget to {hint}"
+    fraction = math.ceil(least / device * 100) / 100
+    while int(fraction * device) < least:  # the budget is int(fraction * device): round up
+        fraction += 0.01
+    if fraction > 1.0:
+        return (
+            f"that is more than the device's {device} bytes: plan for a larger device "
+            "(--target, --device-memory)"
+        )
+    return f"raise --mem-fraction to at least {fraction:.2f} (or pass --budget {least})"

@@ -34,8 +34,8 @@ from flextensor_compile.solve.grouping import grouped_plans
 from flextensor_compile.solve.paired import classes_of, paired_caps
 from flextensor_compile.solve.plan import RING, Pick, Plan, Selection, build_plan, pick_of
 from flextensor_compile.solve.problem import Problem
-from flextensor_compile.solve.search import fit_level, peak_of, smallest_memory
-from flextensor_runtime.errors import BudgetError, ConfigError
+from flextensor_compile.solve.search import budget_error, fit_level, peak_of
+from flextensor_runtime.errors import ConfigError
 
 __all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve"]
 
@@ -376,30 +376,5 @@ def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan:
         best = build_plan(problem, tuple(() for _ in problem.traps), 1, strategy, "strict")
     if best is not None:
         return best
-    least = smallest_memory(problem, tuple(lay[:2] for lay in layouts(problem)),
-                            nth_selection(problem, 2))  # fmt: skip
-    hint = f"at least {least} bytes" if least is not None else "more memory"
-    also = "" if strategy == DEFAULT_STRATEGY else f" with --strategy {DEFAULT_STRATEGY}"
-    if problem.min_blocks > 1:
-        also += f", or lower --min-blocks (now {problem.min_blocks}): fewer blocks need less memory"
-    known = "" if least is None else f" (the smallest feasible budget is {hint})"
-    raise BudgetError(
-        f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes{known}; "
-        f"{_raise_hint(problem, least, hint)}{also}"
-    )
-
-
-def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:
-    """What to raise: the --mem-fraction the smallest budget needs, when the budget was one."""
-    device = problem.fraction_of_bytes
-    if device is None or least is None:
-        return "raise --budget or --mem-fraction" if least is None else f"raise --budget to {hint}"
-    fraction = math.ceil(least / device * 100) / 100
-    while int(fraction * device) < least:  # the budget is int(fraction * device): round up
-        fraction += 0.01
-    if fraction > 1.0:
-        return (
-            f"that is more than the device's {device} bytes: plan for a larger device "
-            "(--target, --device-memory)"
-        )
-    return f"raise --mem-fraction to at least {fraction:.2f} (or pass --budget {least})"
+    pairs = tuple(lay[:2] for lay in layouts(problem))
+    raise budget_error(problem, strategy, DEFAULT_STRATEGY, pairs, nth_selection(problem, 2))

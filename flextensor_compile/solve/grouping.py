@@ -4,7 +4,8 @@ Owns: finding groups at two levels (runs of consecutive traps whose names share 
 or that lie inside one stack element such as `layers.3`, with the gap traps between them; a
 trap whose name ends in a number, itself an element of a stack, is never grouped with its
 siblings by parent path), the merged problem (one trap per group: the members' compute summed,
-their items in order, their pinned bytes), and lifting a plan of the merged problem back to the
+their items in order but those under 1/64 of the group's largest, which stay resident, their
+pinned bytes), and lifting a plan of the merged problem back to the
 members (each member streams the items it owns): its selection, rebuilt with every layout, and
 its own layout, each coarse copy's region split among the members that read it.
 A coarse plan's structure (e.g. one MLP weight and the attention weights of each layer,
@@ -27,7 +28,7 @@ from flextensor_compile.solve.plan import (
     plan_of_transfers,
 )
 from flextensor_compile.solve.problem import TINY_RATIO, Problem, TrapSpec
-from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.errors import BudgetError, ConfigError
 
 __all__ = [
     "LEVELS",
@@ -64,14 +65,16 @@ def _element(name: str) -> str | None:
     return None
 
 
-LEVELS = {"parent": _parent, "element": _element}
+LEVELS = ("parent", "element")  # what `group_traps` may group by
 
 
 def group_traps(problem: Problem, level: str = "parent") -> Groups | None:
     """Runs of consecutive traps with one parent (`level` "parent") or inside one stack element
     ("element"), gap traps between two members joining the run; None when that merges too
     little to matter."""
-    key = LEVELS[level]
+    if level not in LEVELS:
+        raise ConfigError(f"unknown grouping level {level!r}; choose one of {', '.join(LEVELS)}")
+    key = _element if level == "element" else _parent
     groups: list[list[int]] = []
     current: str | None = None
     pending: list[int] = []  # gap traps after the current run, joined if the run goes on

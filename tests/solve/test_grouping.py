@@ -7,6 +7,7 @@ import os
 from dataclasses import replace
 from functools import partial
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ from flextensor_compile.solve.plan import PlanCache, pick_of
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.strategies import _solve, layouts
 from flextensor_compile.stats import Stats, TrapStat
+from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import Meta, PlanConfig, check_profile, occupied_slots
 from tests.solve.instances import device as small_device
 from tests.solve.instances import random_stats, tensor, total_bytes
@@ -59,6 +61,8 @@ def test_element_groups_span_one_stack_element() -> None:
     merged = merged_problem(problem, group_traps(problem, "element") or ())
     assert [t.name for t in merged.traps][2:5] == ["l.0", names[5], "l.1"]
     assert group_traps(problem, "parent") is None  # one pair only: too little to matter
+    with pytest.raises(ConfigError, match="unknown grouping level 'layer'; choose one of"):
+        group_traps(problem, "layer")
 
 
 def test_stack_elements_are_not_grouped() -> None:

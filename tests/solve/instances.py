@@ -47,7 +47,9 @@ def random_stats(draw: st.DrawFn, max_traps: int = 8, max_tensors: int = 4) -> S
                                       offloadable=draw(st.integers(0, 9)) > 0))  # fmt: skip
                 if tie is None:
                     names.append((i, name))
-        name = f"layer.{i // 3}.part{i % 3}" if nested else f"trap{i}"
+        # nested: two traps under each of a layer's two parts (`layer.0.a.p1`), so grouping by
+        # parent path and by stack element give different groups
+        name = f"layer.{i // 4}.{'ab'[i % 4 // 2]}.p{i % 2}" if nested else f"trap{i}"
         traps.append(TrapStat(name, compute, tuple(tensors), kind=kind))
     untrapped = (tensor("untrapped.w", draw(st.integers(1, 3000))),) if draw(st.booleans()) else ()
     bw = draw(st.sampled_from([1e6, 5e6, 2e7]))

@@ -7,7 +7,8 @@ siblings by parent path), the merged problem (one trap per group: the members' c
 their items in order but those under 1/64 of the group's largest, which stay resident, their
 pinned bytes), and lifting a plan of the merged problem back to the
 members (each member streams the items it owns): its selection, rebuilt with every layout, and
-its own layout, each coarse copy's region split among the members that read it.
+its own layout, each coarse copy's region split among the members that read it, and that layout
+with each copy issued as early as the bytes it overwrites are free (`issued_early`).
 A coarse plan's structure (e.g. one MLP weight and the attention weights of each layer,
 interleaved in a ring, or a whole layer's weights in one of two blocks) is then available to the
 finer traps, which can only hold the bytes for less time.
@@ -35,6 +36,7 @@ __all__ = [
     "Groups",
     "group_traps",
     "grouped_plans",
+    "issued_early",
     "lift",
     "lift_plan",
     "merged_problem",
@@ -179,6 +181,25 @@ def lift_plan(problem: Problem, groups: Groups, coarse: Plan, cache: PlanCache) 
                              tuple(transfers), cache)  # fmt: skip
 
 
+def issued_early(problem: Problem, plan: Plan, cache: PlanCache) -> Plan:
+    """`plan` with each copy issued as early as its bytes allow: at the entry of the trap after
+    the last reader of the nearest earlier copy into overlapping bytes of its block (cyclically,
+    at most one iteration ahead of its reader)."""
+    n = len(problem.traps)
+    by_block: dict[int, list[PlannedTransfer]] = {}
+    for x in plan.transfers:
+        by_block.setdefault(x.block, []).append(x)
+    moved = []
+    for x in plan.transfers:
+        back = n  # trap positions before its reader the copy may be issued at: < this
+        for u in by_block[x.block]:
+            if u is not x and u.offset < x.offset + x.bytes and x.offset < u.offset + u.bytes:
+                back = min(back, (x.trap - u.release_after) % n or n)
+        moved.append(replace(x, issue_at=(x.trap - (back - 1)) % n))
+    return plan_of_transfers(problem, plan.selection, plan.strategy, plan.block_bytes,
+                             tuple(moved), cache)  # fmt: skip
+
+
 def grouped_plans(
     problem: Problem,
     solve_merged: Callable[[Problem], Plan],
@@ -187,8 +208,9 @@ def grouped_plans(
 ) -> Iterator[Plan]:
     """For each level's groups, the merged problem's plan (`solve_merged`) lifted onto the
     traps: its selection built with every layout (the finer traps hold each weight for less
-    time than their group did), and its own layout (`lift_plan`); only plans within the budget
-    and `min_blocks`."""
+    time than their group did), and its own layout (`lift_plan`), as is and issued early (an
+    early copy may queue ahead of one needed sooner: the simulation decides); only plans within
+    the budget and `min_blocks`."""
     seen: set[Groups] = set()
     for level in LEVELS:
         groups = group_traps(problem, level)
@@ -203,7 +225,8 @@ def grouped_plans(
         plans = [build_plan(problem, selection, blocks, coarse.strategy, order, cache=cache)
                  for blocks, order, _headroom in layouts]  # fmt: skip
         if coarse.transfers:
-            plans.append(lift_plan(problem, groups, coarse, cache))
+            lifted = lift_plan(problem, groups, coarse, cache)
+            plans += [lifted, issued_early(problem, lifted, cache)]
         for plan in plans:
             if plan is None or len(plan.block_bytes) < min(problem.min_blocks, len(plan.transfers)):
                 continue

@@ -19,7 +19,12 @@ from flextensor_compile.config import OffloadConfig
 from flextensor_compile.discover.patterns import leaf_traps, select_traps
 from flextensor_compile.emit import emit_profile
 from flextensor_compile.solve import problem_from_stats
-from flextensor_compile.solve.grouping import group_traps, lift_plan, merged_problem
+from flextensor_compile.solve.grouping import (
+    group_traps,
+    issued_early,
+    lift_plan,
+    merged_problem,
+)
 from flextensor_compile.solve.plan import PlanCache
 from flextensor_compile.solve.strategies import _solve
 from flextensor_compile.sweep import weight_bytes
@@ -204,7 +209,8 @@ def test_auto_takes_leaves_where_only_they_fit() -> None:
     assert asked[0] < asked[1]
 
 
-def test_a_lifted_layout_deploys_bit_identical_with_deferred_copies() -> None:
+@pytest.mark.parametrize("early", [False, True])
+def test_a_lifted_layout_deploys_bit_identical_with_deferred_copies(early: bool) -> None:
     """A plan of the leaves merged by stack element, its layout lifted back (`lift_plan`), holds
     several leaf transfers in flight in one block of a two-block layout: each must land in its
     own bytes and be waited for by its own trap, with copies run as late as a copy stream may."""
@@ -223,6 +229,9 @@ def test_a_lifted_layout_deploys_bit_identical_with_deferred_copies() -> None:
     assert groups is not None
     coarse = _solve(merged_problem(problem, groups), "adaptive", grouped=False)
     plan = lift_plan(problem, groups, coarse, PlanCache())
+    if early:  # each copy issued as soon as the bytes it overwrites are free
+        lifted, plan = plan, issued_early(problem, plan, PlanCache())
+        assert [x.issue_at for x in plan.transfers] != [x.issue_at for x in lifted.transfers]
     profile = emit_profile(stats, config, problem, plan, Meta("t", "t", "", stats.timing_source))
     check_profile(profile)
     n = len(profile.traps)

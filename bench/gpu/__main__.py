@@ -1,7 +1,9 @@
 """`python -m bench.gpu [--smoke]`: offloaded vs resident latency, copy/compute overlap and peak
 device memory of a ~1 GB fp16 stack at 30/50/70% weight budgets, next to diffusers group
-offloading with streams. `--smoke` runs a tiny model on the CPU (checks the script works).
-Finishes in well under 5 minutes on one GPU."""
+offloading with streams; then the measured host-to-device copy curve (rate per copy size, as a
+fraction of the largest copy's) next to the curve the plan-quality suite assumes
+(`bench.plan_quality.instances.device`), which a run on a real GPU calibrates. `--smoke` runs a
+tiny model on the CPU (checks the script works). Finishes in well under 5 minutes on one GPU."""
 
 from __future__ import annotations
 
@@ -143,6 +145,23 @@ def _group_offload(s: Setup, x: torch.Tensor) -> tuple[str, float, float, float]
             _peak_bytes(s) / 2**20)  # fmt: skip
 
 
+def curve_rows(s: Setup) -> list[tuple[int, float, float, float]]:
+    """Rows: (copy bytes, measured GB/s, fraction of the largest copy's rate, the fraction the
+    plan-quality device model gives that size, its per-copy latency included)."""
+    from bench.plan_quality.instances import device
+    from flextensor_compile.measure.bandwidth import measure_cuda_copies, measure_host_copies
+    from flextensor_compile.solve.bandwidth import BandwidthModel
+
+    measured = measure_cuda_copies(torch.device("cuda")) if s.device == "cuda" else (
+        measure_host_copies())  # fmt: skip
+    spec = device(measured.bytes_per_s)
+    model = BandwidthModel.from_curve(tuple((p.bytes, p.bytes_per_s) for p in spec.bandwidth_curve),
+                                      spec.h2d_bytes_per_s, spec.h2d_latency_ms)  # fmt: skip
+    full_ms_per_byte = 1e3 / measured.bytes_per_s
+    return [(p.bytes, p.bytes_per_s / 1e9, p.bytes_per_s / measured.bytes_per_s,
+             p.bytes * full_ms_per_byte / model.copy_ms(p.bytes)) for p in measured.points]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu")
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU")
@@ -158,6 +177,9 @@ def main() -> None:
     print(f"{'variant':40s} {'latency ms':>11s} {'overlap':>8s} {'peak MiB':>9s}")
     for name, ms, overlap, peak in run(s):
         print(f"{name:40s} {ms:11.3f} {overlap:8.2f} {peak:9.1f}")
+    print(f"\n{'copy bytes':>12s} {'GB/s':>8s} {'x largest':>10s} {'suite model':>12s}")
+    for nbytes, gbps, fraction, assumed in curve_rows(s):
+        print(f"{nbytes:12d} {gbps:8.2f} {fraction:10.3f} {assumed:12.3f}")
 
 
 if __name__ == "__main__":

@@ -18,3 +18,15 @@ def test_bench_gpu_smoke() -> None:
     out = subprocess.run([sys.executable, "-m", "bench.gpu", "--smoke"], check=True, cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=600).stdout  # fmt: skip
     assert "flextensor 50% budget" in out and "diffusers group offload" in out
+
+
+def test_gpu_bench_curve_rows_put_the_suite_model_next_to_the_measured_rates() -> None:
+    from bench.gpu.__main__ import SMOKE, curve_rows
+
+    rows = curve_rows(SMOKE)  # host copies here; pinned host-to-device copies on a GPU
+    sizes = [r[0] for r in rows]
+    assert len(rows) >= 3 and sizes == sorted(sizes)
+    assert rows[-1][2] == pytest.approx(1.0)  # rates as a fraction of the largest copy's
+    assumed = [r[3] for r in rows]
+    assert all(0 < a <= 1 for a in assumed) and assumed == sorted(assumed)
+    assert assumed[0] < 0.5 < assumed[-1]  # the model's small copies are the slow ones

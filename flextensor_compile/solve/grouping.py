@@ -209,8 +209,9 @@ def grouped_plans(
     """For each level's groups, the merged problem's plan (`solve_merged`) lifted onto the
     traps: its selection built with every layout (the finer traps hold each weight for less
     time than their group did), and its own layout (`lift_plan`), as is and issued early (an
-    early copy may queue ahead of one needed sooner: the simulation decides); only plans within
-    the budget and `min_blocks`."""
+    early copy may queue ahead of one needed sooner: the simulation decides; not under strict
+    round robin, whose transfers each take the next block); only plans within the budget and
+    `min_blocks`."""
     seen: set[Groups] = set()
     for level in LEVELS:
         groups = group_traps(problem, level)
@@ -224,7 +225,8 @@ def grouped_plans(
         selection = lift(problem, groups, coarse.selection)
         plans = [build_plan(problem, selection, blocks, coarse.strategy, order, cache=cache)
                  for blocks, order, _headroom in layouts]  # fmt: skip
-        if coarse.transfers:
+        if coarse.transfers and problem.assignment != "strict-round-robin":
+            # (strict round robin gives each transfer a block of its own in turn)
             lifted = lift_plan(problem, groups, coarse, cache)
             plans += [lifted, issued_early(problem, lifted, cache)]
         for plan in plans:

@@ -172,3 +172,20 @@ def test_lifted_copies_issue_as_early_as_their_bytes_allow() -> None:
     assert all(b >= a for a, b in ahead) and any(b > a for a, b in ahead)
     assert early.peak_bytes == lifted.peak_bytes
     assert early.makespan_ms < lifted.makespan_ms * 0.995
+
+
+def test_strict_round_robin_gets_no_lifted_layout() -> None:
+    """Under strict round robin each transfer takes the next block: no two share one at once."""
+    _modules, leaves = _leaf_case("flux-12b-1024px", "pcie5", 0.7, 2)
+    strict = replace(leaves, assignment="strict-round-robin")
+    merged = partial(_solve, strategy="adaptive", grouped=False)
+    plans = list(grouped_plans(strict, merged, layouts(strict), PlanCache()))
+    assert plans
+    n = len(strict.traps)
+    for plan in plans:
+        for a, b in itertools.combinations(plan.transfers, 2):
+            held_a = {(a.issue_at + k) % n for k in range((a.trap - a.issue_at) % n + 1)}
+            held_b = {(b.issue_at + k) % n for k in range((b.trap - b.issue_at) % n + 1)}
+            assert a.block != b.block or not held_a & held_b
+    lifted = list(grouped_plans(leaves, merged, layouts(leaves), PlanCache()))
+    assert len(lifted) > len(plans)  # the default assignment also gets the lifted layouts

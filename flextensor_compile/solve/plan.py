@@ -176,11 +176,7 @@ def build_plan(
                         cache.copy_ms(bw, sizes[j]), selection[t])
         for j, t in enumerate(traps)
     )  # fmt: skip
-    sim = _simulated(problem, list(traps), list(a.issue_at), list(sizes), cache)
-    streamed = pick.streamed_bytes
-    resident = problem.total_bytes - streamed
-    peak = resident + sum(a.block_bytes) + problem.reserve_bytes
-    return Plan(strategy, selection, a.block_bytes, transfers, resident, streamed, peak, sim)
+    return plan_of_transfers(problem, selection, strategy, a.block_bytes, transfers, cache)
 
 
 def plan_of_transfers(problem: Problem, selection: Selection, strategy: str,

@@ -1,7 +1,8 @@
 """The host-to-device copy model: how long a copy of N bytes takes, and how many bytes fit in T ms.
 
-Owns: a monotone piecewise-linear time curve built from measured (bytes, bytes_per_s) points plus
-a fixed per-copy latency; a linear fallback (one rate) when no curve was measured.
+Owns: a monotone piecewise-linear time curve built from measured (bytes, bytes_per_s) points, each
+the rate of a whole copy (its per-copy latency included); a linear fallback (latency plus one
+rate) when no curve was measured.
 Must not know: traps, plans, devices beyond their bandwidth figures.
 """
 
@@ -44,15 +45,23 @@ class BandwidthModel:
     def from_curve(
         curve: tuple[tuple[int, float], ...], bytes_per_s: float, latency_ms: float = 0.0
     ) -> BandwidthModel:
-        """Build from measured (bytes, bytes_per_s) points; falls back to `linear` when empty."""
+        """Build from measured (bytes, bytes_per_s) points; falls back to `linear` when empty.
+
+        A point's rate is the whole copy's (bytes over its measured time, the per-copy latency
+        included), so the knots hold the measured time less the latency: a copy of a measured
+        size is predicted to take the time it was measured at, not that plus the latency again.
+        Knots are clamped to be non-negative and non-decreasing (a measured time under the
+        latency, or under a smaller copy's, is raised to the smallest monotone curve above it).
+        """
         pts = sorted((int(b), float(r)) for b, r in curve if b > 0 and r > 0)
         if not pts:
             return BandwidthModel.linear(bytes_per_s, latency_ms)
+        lat = max(0.0, latency_ms)
         knots: list[tuple[int, float]] = []
         for b, rate in pts:
-            ms = b / rate * 1000.0
             if knots and b == knots[-1][0]:
                 continue
+            ms = max(0.0, b / rate * 1000.0 - lat)
             if knots:
                 ms = max(ms, knots[-1][1])
             knots.append((b, ms))

@@ -29,4 +29,5 @@ def test_gpu_bench_curve_rows_put_the_suite_model_next_to_the_measured_rates() -
     assert rows[-1][2] == pytest.approx(1.0)  # rates as a fraction of the largest copy's
     assumed = [r[3] for r in rows]
     assert all(0 < a <= 1 for a in assumed) and assumed == sorted(assumed)
-    assert assumed[0] < 0.5 < assumed[-1]  # the model's small copies are the slow ones
+    # the model's small copies are the slow ones: about half the rate at 256 KiB
+    assert assumed[0] < 0.6 < assumed[-1]

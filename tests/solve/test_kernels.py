@@ -57,6 +57,26 @@ def test_bandwidth_is_monotone_and_inverts(points: list, latency: float, nbytes:
     assert got + slack >= nbytes or model.copy_ms(got + slack) >= ms - 1e-9
 
 
+def test_a_measured_copy_is_predicted_at_its_measured_time() -> None:
+    # rates as `measure_cuda_copies` reports them: bytes over the whole copy's time
+    times_ms = {1 << 20: 0.029, 1 << 24: 0.344, 1 << 28: 5.377}
+    points = tuple((b, b / (ms / 1e3)) for b, ms in times_ms.items())
+    model = BandwidthModel.from_curve(points, 50e9, 0.008)
+    for nbytes, ms in times_ms.items():
+        assert abs(model.copy_ms(nbytes) - ms) < 1e-9  # the latency is not added a second time
+    assert abs(model.copy_ms(1 << 19) - (0.008 + (0.029 - 0.008) / 2)) < 1e-9  # latency intercept
+    assert model.copy_ms(1 << 29) > 5.377
+
+
+def test_measured_times_under_the_latency_or_falling_are_raised_to_a_monotone_curve() -> None:
+    # a 64 KiB copy measured faster than the latency, a 4 MiB copy faster than a 1 MiB one
+    points = ((1 << 16, (1 << 16) / 2e-6), (1 << 20, (1 << 20) / 40e-6), (1 << 22, (1 << 22) / 30e-6))
+    model = BandwidthModel.from_curve(points, 50e9, 0.008)
+    assert model.copy_ms(1 << 16) == 0.008
+    assert abs(model.copy_ms(1 << 20) - 0.040) < 1e-9
+    assert abs(model.copy_ms(1 << 22) - 0.040) < 1e-9
+
+
 def test_linear_fallback_uses_the_rate_and_latency() -> None:
     model = BandwidthModel.from_curve((), 1e9, 0.5)
     assert abs(model.copy_ms(1_000_000) - (0.5 + 1.0)) < 1e-12

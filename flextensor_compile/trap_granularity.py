@@ -3,7 +3,7 @@
 Owns: when the leaf traps are measured too (the module plan stalls, or does not fit the
 budget: a plan that hides every copy leaves leaf traps only their call cost to add), the
 comparison of the two plans (`solve.prefer_leaves`: makespan plus the runtime's per-call host
-time, then peak, then fewer traps), the profiling cost of both measurements, and the note that
+time that the plan's stalls do not hide, then peak, then fewer traps), the profiling cost of both measurements, and the note that
 says which granularity was kept and why.
 Must not know: how a measurement runs (the caller passes it), the CLI, files.
 """
@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from flextensor_compile.planning import solve_stats
-from flextensor_compile.solve import Plan, Problem, call_overhead_ms, prefer_leaves
+from flextensor_compile.solve import Plan, Problem, exposed_call_ms, prefer_leaves
 from flextensor_compile.stats import Stats, canonical_stats
 from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import PlanConfig
@@ -37,7 +37,7 @@ def _solved(stats: Stats, config: PlanConfig) -> Solved | None:
 
 
 def _cost_ms(solved: Solved) -> float:
-    return solved[1].makespan_ms + call_overhead_ms(*solved)
+    return solved[1].makespan_ms + exposed_call_ms(*solved)
 
 
 def _describe(kept: str, modules: Solved | None, leaves: Solved | None, n: tuple[int, int]) -> str:
@@ -47,7 +47,7 @@ def _describe(kept: str, modules: Solved | None, leaves: Solved | None, n: tuple
         return f"{what} ({traps} traps) predict {_cost_ms(solved):.3f} ms"
 
     return (f"granularity auto: kept {kept} traps; {one('modules', modules, n[0])}, "
-            f"{one('leaves', leaves, n[1])} (makespan + trap-call time)")  # fmt: skip
+            f"{one('leaves', leaves, n[1])} (makespan + trap-call time stalls do not hide)")  # fmt: skip
 
 
 def _traps(c: Compilation) -> int:

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from bench.plan_quality.leaves import LEAF_INSTANCES
 from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve, staging_bound_ms
-from flextensor_compile.solve.granularity import call_overhead_ms, prefer_leaves
+from flextensor_compile.solve.granularity import call_overhead_ms, exposed_call_ms, prefer_leaves
 from flextensor_compile.stats import Stats
 from flextensor_runtime.profile import PlanConfig
 
@@ -81,6 +81,8 @@ def auto_fields(lb_ms: float, modules: tuple[Problem, Plan], leaves: tuple[Probl
             "leaf_solve_ms": solve_ms[1], "leaf_traps": len(leaf_problem.traps),
             "leaf_call_ms": call_overhead_ms(*leaves),
             "module_call_ms": call_overhead_ms(*modules),
+            "leaf_exposed_call_ms": exposed_call_ms(*leaves),
+            "module_exposed_call_ms": exposed_call_ms(*modules),
             "auto_pick": "leaves" if pick is leaves else "modules",
             "auto_ratio": pick[1].makespan_ms / lb_ms, "auto_lb_star_ms": auto_star,
             "auto_ratio_star": pick[1].makespan_ms / auto_star,

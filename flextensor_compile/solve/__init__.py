@@ -8,7 +8,7 @@ No torch, no I/O, no clock, no globals: the same problem always gives the same p
 from flextensor_compile.solve.assign import ASSIGNMENTS, Assignment, assign_blocks
 from flextensor_compile.solve.bandwidth import BandwidthModel
 from flextensor_compile.solve.bound import StagingBound, staging_bound, staging_bound_ms
-from flextensor_compile.solve.granularity import call_overhead_ms, prefer_leaves
+from flextensor_compile.solve.granularity import call_overhead_ms, exposed_call_ms, prefer_leaves
 from flextensor_compile.solve.plan import Plan, PlannedTransfer, Selection, build_plan, plan_memory
 from flextensor_compile.solve.problem import (
     ALIGN_BYTES,
@@ -43,6 +43,7 @@ __all__ = [
     "assign_blocks",
     "build_plan",
     "call_overhead_ms",
+    "exposed_call_ms",
     "plan_memory",
     "prefer_leaves",
     "problem_from_stats",

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from bench.plan_quality import auto
-from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
+from bench.plan_quality.instances import BANDWIDTHS, COPY_MODELS, INSTANCES, device
 from bench.plan_quality.peer import PeerResult, cached_peer, judge, peer_document
 from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve, staging_bound_ms
 from flextensor_compile.stats import Stats
@@ -42,15 +42,15 @@ HEADER = (f"{'instance':<26}{'link':<6}{'budget':>7}{'LB ms':>10}{'ours/LB':>9}{
 Case = tuple[str, str, float, Stats, Problem, int]  # name, link, fraction, stats, problem, weights
 
 
-def _cases(names: list[str], fractions: tuple[float, ...], blocks: int | None = None
-           ) -> Iterator[Case]:  # fmt: skip
+def _cases(names: list[str], fractions: tuple[float, ...], blocks: int | None = None,
+           copy_model: str = "curve") -> Iterator[Case]:  # fmt: skip
     """Every instance x link x budget; `blocks`: exactly that many memory blocks
-    (`--num-blocks N --min-blocks N`)."""
+    (`--num-blocks N --min-blocks N`); `copy_model`: how the devices time a copy."""
     for name in names:
         base = INSTANCES[name]()
         weights = sum(t.bytes for tr in base.traps for t in tr.tensors if t.tie is None)
         for link, rate in BANDWIDTHS.items():
-            stats = replace(base, device=device(rate))
+            stats = replace(base, device=device(rate, copy_model))
             for frac in fractions:
                 config = PlanConfig(budget_bytes=int(frac * weights), num_blocks=blocks,
                                     min_blocks=blocks or 1)  # fmt: skip
@@ -143,10 +143,12 @@ def main() -> None:
                     "(keyed by a hash of the instances)")  # fmt: skip
     ap.add_argument("--blocks", type=int, help="plan with exactly this many memory blocks, as "
                     "--num-blocks N --min-blocks N (FlexTensor is not run)")  # fmt: skip
+    ap.add_argument("--copy-model", choices=COPY_MODELS, default="curve",
+                    help="how the devices time a copy (instances.COPY_MODELS)")
     args = ap.parse_args()
     if args.blocks is not None and (args.blocks < 1 or args.peer_python):
         ap.error("--blocks must be at least 1, and FlexTensor is not run with it")
-    cases = list(_cases(args.instances, FRACTIONS, args.blocks))
+    cases = list(_cases(args.instances, FRACTIONS, args.blocks, args.copy_model))
     answers: list[dict | None] = [None] * len(cases)
     if args.peer_python:
         docs = [peer_document(c[3], c[4]) for c in cases]

@@ -273,11 +273,23 @@ def _copy_floor_ms(ctx: Context, sel: Selection) -> float:
     return max(p.compute_ms, copies)
 
 
+def _cannot_win(ctx: Context, sel: Selection, lay: Layout, best_ms: float) -> bool:
+    """Whether `sel`'s copies alone take longer than the best plan so far, so its plan cannot
+    rank first: the ring skips ties too (its plans are refits of plans already seen), blocks
+    only a floor above the best by more than the rank's rounding (a tie may still win on peak)."""
+    if best_ms == math.inf:
+        return False
+    floor = _copy_floor_ms(ctx, sel)
+    if lay[1] == RING:
+        return floor >= best_ms
+    return floor > best_ms + max(best_ms * 1e-9, 2e-9)
+
+
 def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
     """Every generator's plans for every block layout (one block only as a fallback when the ring
     is tried in memory mode); then the ring's (`_ring_plans`), unless the best plan is already
     within 0.1% of the bound, skipping selections whose copies alone take longer than the best
-    plan so far."""
+    plan so far (`_cannot_win`)."""
     names = list(_GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
     seen: set[tuple[Selection, tuple[int, str]]] = set()
@@ -285,9 +297,7 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
 
     def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Plan]:
         for label, sel in _GENERATORS[name](ctx, lay):
-            if (sel, lay[:2]) in seen or (
-                lay[1] == RING and _copy_floor_ms(ctx, sel) >= min(best, floor)
-            ):
+            if (sel, lay[:2]) in seen or _cannot_win(ctx, sel, lay, min(best, floor)):
                 continue
             seen.add((sel, lay[:2]))
             plan = build_plan(p, sel, lay[0], label, lay[1], cache=ctx.plans)

@@ -7,7 +7,7 @@ bench-runtime: $(STAMP)
 	$(BIN)/python -m bench.runtime
 
 bench-gpu: $(STAMP)
-	$(BIN)/python -m bench.gpu
+	$(BIN)/python -m bench.gpu --curve-out out/h2d_curve.json
 
 bench-gpu-smoke: $(STAMP)
 	$(BIN)/python -m bench.gpu --smoke

@@ -2,8 +2,10 @@
 device memory of a ~1 GB fp16 stack at 30/50/70% weight budgets, next to diffusers group
 offloading with streams; then the measured host-to-device copy curve (rate per copy size, as a
 fraction of the largest copy's) next to the curve the plan-quality suite assumes
-(`bench.plan_quality.instances.device`), which a run on a real GPU calibrates. `--smoke` runs a
-tiny model on the CPU (checks the script works). Finishes in well under 5 minutes on one GPU."""
+(`bench.plan_quality.instances.device`), which a run on a real GPU calibrates: `--curve-out FILE`
+saves the measured curve for `python -m bench.plan_quality --copy-curve FILE` (run anywhere).
+`--smoke` runs a tiny model on the CPU (checks the script works). Finishes in well under 5
+minutes on one GPU."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from bench.runtime.models import Stack, stack
+from flextensor_compile.measure.bandwidth import CopyCurve
 from flextensor_runtime.backend import CpuBackend, CudaBackend, DeviceBackend
 from flextensor_runtime.deploy import handle, offload_from_profile
 from flextensor_runtime.profile import Profile
@@ -148,15 +151,22 @@ def _group_offload(s: Setup, x: torch.Tensor) -> tuple[str, float, float, float]
             _peak_bytes(s) / 2**20)  # fmt: skip
 
 
-def curve_rows(s: Setup) -> list[tuple[int, float, float, float]]:
+def measure_curve(s: Setup) -> CopyCurve:
+    """Pinned host-to-device copies on a GPU; host memory copies with `--smoke`."""
+    from flextensor_compile.measure.bandwidth import measure_cuda_copies, measure_host_copies
+
+    return measure_cuda_copies(torch.device("cuda")) if s.device == "cuda" else (
+        measure_host_copies())  # fmt: skip
+
+
+def curve_rows(s: Setup, measured: CopyCurve | None = None
+               ) -> list[tuple[int, float, float, float]]:  # fmt: skip
     """Rows: (copy bytes, measured GB/s, fraction of the largest copy's rate, the fraction the
     plan-quality device model gives that size, its per-copy latency included)."""
     from bench.plan_quality.instances import device
-    from flextensor_compile.measure.bandwidth import measure_cuda_copies, measure_host_copies
     from flextensor_compile.solve.bandwidth import BandwidthModel
 
-    measured = measure_cuda_copies(torch.device("cuda")) if s.device == "cuda" else (
-        measure_host_copies())  # fmt: skip
+    measured = measure_curve(s) if measured is None else measured
     spec = device(measured.bytes_per_s)
     model = BandwidthModel.from_curve(tuple((p.bytes, p.bytes_per_s) for p in spec.bandwidth_curve),
                                       spec.h2d_bytes_per_s, spec.h2d_latency_ms)  # fmt: skip
@@ -168,6 +178,8 @@ def curve_rows(s: Setup) -> list[tuple[int, float, float, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu")
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU")
+    parser.add_argument("--curve-out", metavar="FILE", help="also save the measured copy curve "
+                        "(for `python -m bench.plan_quality --copy-curve FILE`)")  # fmt: skip
     args = parser.parse_args()
     s = SMOKE if args.smoke else FULL
     if args.smoke:
@@ -181,8 +193,16 @@ def main() -> None:
     for name, ms, overlap, peak in run(s):
         print(f"{name:40s} {ms:11.3f} {overlap:8.2f} {peak:9.1f}")
     print(f"\n{'copy bytes':>12s} {'GB/s':>8s} {'x largest':>10s} {'suite model':>12s}")
-    for nbytes, gbps, fraction, assumed in curve_rows(s):
+    measured = measure_curve(s)
+    for nbytes, gbps, fraction, assumed in curve_rows(s, measured):
         print(f"{nbytes:12d} {gbps:8.2f} {fraction:10.3f} {assumed:12.3f}")
+    if args.curve_out:
+        from bench.plan_quality.copy_models import write_curve
+
+        name = torch.cuda.get_device_name(0) if s.device == "cuda" else "host copies"
+        points = [(p.bytes, p.bytes_per_s) for p in measured.points]
+        path = write_curve(args.curve_out, name, measured.bytes_per_s, measured.latency_ms, points)
+        print(f"copy curve saved to {path}: python -m bench.plan_quality --copy-curve {path}")
 
 
 if __name__ == "__main__":

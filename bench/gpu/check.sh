@@ -3,7 +3,8 @@
 #   bash bench/gpu/check.sh [LOGDIR]
 # Installs any wheels found in .whl/ (e.g. diffusers for the group-offload row) into a scratch
 # site, then runs the CUDA tests, `python -m bench.gpu` (latency, overlap, peak memory, copy
-# curve) and `python -m bench.kernels`, each with its log in LOGDIR (default: gpu-logs/).
+# curve, saved as LOGDIR/h2d_curve.json for `python -m bench.plan_quality --copy-curve FILE`)
+# and `python -m bench.kernels`, each with its log in LOGDIR (default: gpu-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 logs=${1:-gpu-logs}
@@ -24,6 +25,6 @@ run() {  # name, command...
     echo "== $name: $((SECONDS - start)) s"
 }
 run cuda-tests python3 -m pytest -q -p no:cacheprovider -m cuda tests
-run bench-gpu python3 -m bench.gpu
+run bench-gpu python3 -m bench.gpu --curve-out "$logs/h2d_curve.json"
 run bench-kernels python3 -m bench.kernels --json "$logs/kernels.json"
 exit $status

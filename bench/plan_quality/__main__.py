@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from bench.plan_quality import auto
-from bench.plan_quality.instances import BANDWIDTHS, COPY_MODELS, INSTANCES, device
+from bench.plan_quality.copy_models import COPY_MODELS, CURVE, CopyModel, measured_model
+from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
 from bench.plan_quality.peer import PeerResult, cached_peer, judge, peer_document
 from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve, staging_bound_ms
 from flextensor_compile.stats import Stats
@@ -43,14 +44,14 @@ Case = tuple[str, str, float, Stats, Problem, int]  # name, link, fraction, stat
 
 
 def _cases(names: list[str], fractions: tuple[float, ...], blocks: int | None = None,
-           copy_model: str = "curve") -> Iterator[Case]:  # fmt: skip
+           model: CopyModel = CURVE) -> Iterator[Case]:  # fmt: skip
     """Every instance x link x budget; `blocks`: exactly that many memory blocks
-    (`--num-blocks N --min-blocks N`); `copy_model`: how the devices time a copy."""
+    (`--num-blocks N --min-blocks N`); `model`: how the devices time a copy."""
     for name in names:
         base = INSTANCES[name]()
         weights = sum(t.bytes for tr in base.traps for t in tr.tensors if t.tie is None)
         for link, rate in BANDWIDTHS.items():
-            stats = replace(base, device=device(rate, copy_model))
+            stats = replace(base, device=device(rate, model))
             for frac in fractions:
                 config = PlanConfig(budget_bytes=int(frac * weights), num_blocks=blocks,
                                     min_blocks=blocks or 1)  # fmt: skip
@@ -134,6 +135,24 @@ def _solve_times(cases: list) -> list[float]:
     return best
 
 
+def add_copy_model_options(ap: argparse.ArgumentParser) -> None:
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--copy-model", choices=COPY_MODELS, default="curve",
+                       help="how the devices time a copy (copy_models.COPY_MODELS)")
+    group.add_argument("--copy-curve", metavar="FILE", help="time copies by a curve that "
+                       "`python -m bench.gpu --curve-out FILE` measured on a GPU")  # fmt: skip
+
+
+def copy_model(ap: argparse.ArgumentParser, args: argparse.Namespace) -> CopyModel:
+    """The copy model the options name (exits with the file's error for a bad curve file)."""
+    if args.copy_curve is None:
+        return COPY_MODELS[args.copy_model]
+    try:
+        return measured_model(args.copy_curve)
+    except ValueError as exc:
+        ap.error(str(exc))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.plan_quality")
     ap.add_argument("--peer-python", help="interpreter with flextensor==0.5.0 installed")
@@ -143,12 +162,13 @@ def main() -> None:
                     "(keyed by a hash of the instances)")  # fmt: skip
     ap.add_argument("--blocks", type=int, help="plan with exactly this many memory blocks, as "
                     "--num-blocks N --min-blocks N (FlexTensor is not run)")  # fmt: skip
-    ap.add_argument("--copy-model", choices=COPY_MODELS, default="curve",
-                    help="how the devices time a copy (instances.COPY_MODELS)")
+    add_copy_model_options(ap)
     args = ap.parse_args()
     if args.blocks is not None and (args.blocks < 1 or args.peer_python):
         ap.error("--blocks must be at least 1, and FlexTensor is not run with it")
-    cases = list(_cases(args.instances, FRACTIONS, args.blocks, args.copy_model))
+    model = copy_model(ap, args)
+    print(f"copy model: {model.name}")
+    cases = list(_cases(args.instances, FRACTIONS, args.blocks, model))
     answers: list[dict | None] = [None] * len(cases)
     if args.peer_python:
         docs = [peer_document(c[3], c[4]) for c in cases]

@@ -1,5 +1,5 @@
 """Where the gap to the lower bound goes: `python -m bench.plan_quality.breakdown [instances]
-[--copy-model curve|latency]`.
+[--copy-model curve|latency | --copy-curve FILE]`.
 
 Per case it prints, for our `adaptive` plan: makespan / LB and over the staging bound LB* with the
 bound's binding term (staging or overlap), the winning strategy, the bytes that must move
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.plan_quality.__main__ import FRACTIONS, _cases
-from bench.plan_quality.instances import COPY_MODELS, INSTANCES
+from bench.plan_quality.__main__ import FRACTIONS, _cases, add_copy_model_options, copy_model
+from bench.plan_quality.instances import INSTANCES
 from flextensor_compile.solve import solve, staging_bound
 
 MB = 1e6
@@ -24,15 +24,14 @@ MB = 1e6
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.plan_quality.breakdown")
     ap.add_argument("instances", nargs="*", default=list(INSTANCES))
-    ap.add_argument("--copy-model", choices=COPY_MODELS, default="curve",
-                    help="how the devices time a copy (instances.COPY_MODELS)")
+    add_copy_model_options(ap)
     args = ap.parse_args()
     print(f"{'instance':<24}{'link':<6}{'bud':>4} {'ours/LB':>7} {'/LB*':>6} {'by':<8}"
           f"{'strategy':<24}{'need MB':>8}"
           f"{'stream MB':>10}  {'blocks MB':<18}{'xfers':>6}{'min/max MB':>12}{'busy ms':>9}"
           f"{'idle ms':>8}{'copy ovh':>9}{'stall ms':>9}{'unused MB':>10}")  # fmt: skip
     for name, link, frac, _stats, p, weights in _cases(args.instances, FRACTIONS, None,
-                                                      args.copy_model):
+                                                      copy_model(ap, args)):
         plan = solve(p, "adaptive")
         budget = p.budget_bytes
         assert budget is not None

@@ -14,30 +14,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import prod
 
+from bench.plan_quality.copy_models import CURVE, CopyModel
 from bench.plan_quality.roofline import trap_ms
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_runtime.profile import DTYPE_ITEMSIZE, BandwidthPoint, DeviceSpec
 
-__all__ = ["BANDWIDTHS", "COPY_MODELS", "INSTANCES", "device"]
+__all__ = ["BANDWIDTHS", "INSTANCES", "device"]
 
 BANDWIDTHS = {"pcie4": 25e9, "pcie5": 50e9}  # effective host-to-device bytes/s (pinned)
 
 
-COPY_MODELS = ("curve", "latency")
-"""How the suite's devices time a copy: `curve` (the default), whole-copy rates of 25/70/95/100%
-of the link rate at 64 KiB/1 MiB/16 MiB/256 MiB with an 8 us per-copy latency under the first
-point; `latency`, the model `ftc profile --target` plans with (8 us per copy plus the link rate)."""
-
-
-def device(bytes_per_s: float, copy_model: str = "curve") -> DeviceSpec:
-    """An 80 GiB device whose copies reach the link rate at 256 MiB and are slower when small
-    (`curve`), or take 8 us plus the bytes at the link rate (`latency`)."""
-    if copy_model not in COPY_MODELS:
-        raise ValueError(f"unknown copy model {copy_model!r}; choose one of {COPY_MODELS}")
-    curve = () if copy_model == "latency" else tuple(
-        BandwidthPoint(b, bytes_per_s * f) for b, f in
-        ((64 << 10, 0.25), (1 << 20, 0.7), (16 << 20, 0.95), (256 << 20, 1.0)))  # fmt: skip
-    return DeviceSpec("h100-class", 80 << 30, bytes_per_s, 0.008, curve, "target")
+def device(bytes_per_s: float, model: CopyModel = CURVE) -> DeviceSpec:
+    """An 80 GiB device whose copies follow `model` (`copy_models`: by default whole-copy rates
+    that reach the link rate at 256 MiB and are slower when small) at `bytes_per_s`."""
+    curve = tuple(BandwidthPoint(b, bytes_per_s * f) for b, f in model.fractions)
+    return DeviceSpec("h100-class", 80 << 30, bytes_per_s, model.latency_ms, curve, "target")
 
 
 def _t(name: str, shape: tuple[int, ...], dtype: str = "bfloat16", kind: str = "parameter"

@@ -15,6 +15,8 @@ Beside the module traps, each case is also solved at leaf granularity (`leaves.p
 every column, max(total compute of the MODULE instance, copy time of (weights - budget)), so the
 ratios compare; the leaf instances carry the same compute and weights. `/LB*` columns are over
 the staging bound of the problem each plan solves. FlexTensor runs on the module instances only.
+`--copy-model curve|latency` or `--copy-curve FILE` (a curve `python -m bench.gpu --curve-out`
+measured) sets how the devices time a copy (`copy_models`).
 """
 
 from __future__ import annotations

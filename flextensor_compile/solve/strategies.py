@@ -268,13 +268,8 @@ def _copy_floor_ms(ctx: Context, sel: Selection) -> float:
     """No plan of `sel` runs faster: all compute, or every trap's copy back to back (a trap's
     tensors split over several copies only take longer)."""
     p, copy_ms = ctx.problem, ctx.plans.copy_ms
-    pick = ctx.plans.picks.get(sel)  # its per-trap transfer sizes, when a generator kept it
-    if pick is None:
-        copies = sum(copy_ms(p.bandwidth, sum([slots[k] for k in ch])) for slots, ch in
-                     zip(p.item_slot_bytes, sel, strict=True))  # fmt: skip
-    else:
-        copies = sum([copy_ms(p.bandwidth, s) for s in pick.slot_bytes if s])
-    return max(p.compute_ms, copies)
+    pick = ctx.plans.pick(p, sel)  # per trap its transfer size (kept: `build_plan` reuses it)
+    return max(p.compute_ms, sum([copy_ms(p.bandwidth, s) for s in pick.slot_bytes if s]))
 
 
 def _cannot_win(ctx: Context, sel: Selection, lay: Layout, best_ms: float) -> bool:

@@ -15,6 +15,8 @@ Beside the module traps, each case is also solved at leaf granularity (`leaves.p
 every column, max(total compute of the MODULE instance, copy time of (weights - budget)), so the
 ratios compare; the leaf instances carry the same compute and weights. `/LB*` columns are over
 the staging bound of the problem each plan solves. FlexTensor runs on the module instances only.
+Solve times are pure-Python CPU times, so the summary also prints a reference loop's time
+(`cpu_reference_ms`) to compare them across machines.
 `--copy-model curve|latency` or `--copy-curve FILE` (a curve `python -m bench.gpu --curve-out`
 measured) sets how the devices time a copy (`copy_models`).
 """
@@ -113,6 +115,8 @@ def _summary(rows: list[dict]) -> list[str]:
     big = [r["solve_ms"] for r in rows if r["instance"] == "llama-70b-fp8-prefill2k"]
     if big:
         lines.append(f"80-layer x 24-tensor instance (82 traps): max solve {max(big):.1f} ms")
+    lines.append(f"CPU reference (the sum of 10,000 squares in Python, least of {REPEATS}): "
+                 f"{cpu_reference_ms():.3f} ms on this machine; solve times scale with it")  # fmt: skip
     peer = [r for r in rows if r.get("ft_ratio")]
     if peer:
         ft = [r["ft_ratio"] for r in peer]
@@ -123,6 +127,17 @@ def _summary(rows: list[dict]) -> list[str]:
                      f"over budget on {len(over)} of {len(peer)}; ours worse on {len(worse)}; "
                      f"{_against_star([r['ft_ratio_star'] for r in peer])}")  # fmt: skip
     return lines
+
+
+def cpu_reference_ms(repeats: int = REPEATS) -> float:
+    """The least CPU time of a fixed pure-Python loop (the sum of 10,000 squares): solve times
+    are CPU times of pure Python, so they compare across machines in units of this."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        sum(i * i for i in range(10_000))
+        best = min(best, (time.process_time() - start) * 1e3)
+    return best
 
 
 def _solve_times(cases: list) -> list[float]:

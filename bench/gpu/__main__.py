@@ -4,6 +4,9 @@ offloading with streams; then the measured host-to-device copy curve (rate per c
 fraction of the largest copy's) next to the curve the plan-quality suite assumes
 (`bench.plan_quality.instances.device`), which a run on a real GPU calibrates: `--curve-out FILE`
 saves the measured curve for `python -m bench.plan_quality --copy-curve FILE` (run anywhere).
+The curve is measured twice: each copy timed on its own, and `QUEUED` copies issued back to back
+(per copy a `QUEUED`-th: a busy copy engine, where a copy's fixed costs may overlap the one
+before); the second is saved beside FILE as `queued_path(FILE)` (`h2d_curve_queued.json`).
 `--smoke` runs a tiny model on the CPU (checks the script works). Finishes in well under 5
 minutes on one GPU."""
 
@@ -15,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -37,6 +41,7 @@ class Setup:
 
 FULL = Setup("cuda", 32, 4096, 2048, torch.float16, 20)  # 32 x 32 MiB = 1 GiB of weights
 SMOKE = Setup("cpu", 8, 128, 16, torch.float32, 5)
+QUEUED = 8  # copies per sample of the queued curve
 
 
 def _sync(device: str) -> None:
@@ -151,12 +156,33 @@ def _group_offload(s: Setup, x: torch.Tensor) -> tuple[str, float, float, float]
             _peak_bytes(s) / 2**20)  # fmt: skip
 
 
-def measure_curve(s: Setup) -> CopyCurve:
-    """Pinned host-to-device copies on a GPU; host memory copies with `--smoke`."""
+def measure_curve(s: Setup, queued: int = 1) -> CopyCurve:
+    """Pinned host-to-device copies on a GPU; host memory copies with `--smoke`; `queued`
+    copies back to back per sample."""
     from flextensor_compile.measure.bandwidth import measure_cuda_copies, measure_host_copies
 
-    return measure_cuda_copies(torch.device("cuda")) if s.device == "cuda" else (
-        measure_host_copies())  # fmt: skip
+    return measure_cuda_copies(torch.device("cuda"), queued=queued) if s.device == "cuda" else (
+        measure_host_copies(queued))  # fmt: skip
+
+
+def queued_path(path: str | Path) -> Path:
+    """Where `--curve-out FILE` saves the queued curve: FILE's name with `_queued`."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}_queued{p.suffix or '.json'}")
+
+
+def save_curves(path: str | Path, name: str, single: CopyCurve, queued: CopyCurve
+                ) -> tuple[Path, Path]:  # fmt: skip
+    """Save both measured curves for `python -m bench.plan_quality --copy-curve FILE`: the
+    single-copy one at `path`, the queued one at `queued_path(path)`."""
+    from bench.plan_quality.copy_models import write_curve
+
+    out = []
+    for where, curve, label in ((path, single, name), (queued_path(path), queued,
+                                f"{name}, {QUEUED} copies queued")):  # fmt: skip
+        points = [(p.bytes, p.bytes_per_s) for p in curve.points]
+        out.append(write_curve(where, label, curve.bytes_per_s, curve.latency_ms, points))
+    return out[0], out[1]
 
 
 def curve_rows(s: Setup, measured: CopyCurve | None = None
@@ -192,17 +218,17 @@ def main() -> None:
     print(f"{'variant':40s} {'latency ms':>11s} {'overlap':>8s} {'peak MiB':>9s}")
     for name, ms, overlap, peak in run(s):
         print(f"{name:40s} {ms:11.3f} {overlap:8.2f} {peak:9.1f}")
-    print(f"\n{'copy bytes':>12s} {'GB/s':>8s} {'x largest':>10s} {'suite model':>12s}")
-    measured = measure_curve(s)
-    for nbytes, gbps, fraction, assumed in curve_rows(s, measured):
-        print(f"{nbytes:12d} {gbps:8.2f} {fraction:10.3f} {assumed:12.3f}")
+    measured, queued = measure_curve(s), measure_curve(s, QUEUED)
+    for label, curve in (("each copy on its own", measured), (f"{QUEUED} copies queued", queued)):
+        print(f"\ncopy curve, {label}: {curve.bytes_per_s / 1e9:.2f} GB/s at the largest copy, "
+              f"fitted latency {curve.latency_ms * 1e3:.1f} us")  # fmt: skip
+        print(f"{'copy bytes':>12s} {'GB/s':>8s} {'x largest':>10s} {'suite model':>12s}")
+        for nbytes, gbps, fraction, assumed in curve_rows(s, curve):
+            print(f"{nbytes:12d} {gbps:8.2f} {fraction:10.3f} {assumed:12.3f}")
     if args.curve_out:
-        from bench.plan_quality.copy_models import write_curve
-
         name = torch.cuda.get_device_name(0) if s.device == "cuda" else "host copies"
-        points = [(p.bytes, p.bytes_per_s) for p in measured.points]
-        path = write_curve(args.curve_out, name, measured.bytes_per_s, measured.latency_ms, points)
-        print(f"copy curve saved to {path}: python -m bench.plan_quality --copy-curve {path}")
+        for path in save_curves(args.curve_out, name, measured, queued):
+            print(f"copy curve saved to {path}: python -m bench.plan_quality --copy-curve {path}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 #   bash bench/gpu/check.sh [LOGDIR]
 # Installs any wheels found in .whl/ (e.g. diffusers for the group-offload row) into a scratch
 # site, then runs the CUDA tests, `python -m bench.gpu` (latency, overlap, peak memory, copy
-# curve, saved as LOGDIR/h2d_curve.json for `python -m bench.plan_quality --copy-curve FILE`)
+# curve, each copy alone and 8 queued back to back, saved as LOGDIR/h2d_curve.json and
+# LOGDIR/h2d_curve_queued.json for `python -m bench.plan_quality --copy-curve FILE`)
 # and `python -m bench.kernels`, each with its log in LOGDIR (default: gpu-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."

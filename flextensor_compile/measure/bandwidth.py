@@ -3,7 +3,10 @@
 Owns: on a GPU, timing pinned-host -> device copies (CUDA events, median of several copies per
 size); without one, timing host memory copies between two separate buffers (what the CPU
 backend of the runtime does instead of DMA). Both give points (bytes, bytes/s), the rate at the
-largest size, and a per-copy latency fitted from the smallest copy.
+largest size, and a per-copy latency fitted from the smallest copy. By default each sample times
+one copy on its own; `queued=N` times N copies issued back to back and counts a Nth of that,
+the cost of a copy that waits behind others (a busy copy engine: what a schedule limited by its
+copies sees, where a copy's fixed costs may overlap the copy before it).
 Must not know: models, traps, the solver.
 """
 
@@ -41,8 +44,16 @@ def _curve(times_s: dict[int, float]) -> CopyCurve:
     return CopyCurve(points, rate, latency_s * 1e3)
 
 
-def measure_cuda_copies(device: torch.device, max_bytes: int | None = None) -> CopyCurve:
-    """Pinned host -> `device` copies at sizes up to 256 MiB (or `max_bytes`)."""
+def _check_queued(queued: int) -> None:
+    if isinstance(queued, bool) or not isinstance(queued, int) or queued < 1:
+        raise ValueError(f"queued={queued!r}: pass the number of copies a sample times (>= 1)")
+
+
+def measure_cuda_copies(device: torch.device, max_bytes: int | None = None,
+                        queued: int = 1) -> CopyCurve:  # fmt: skip
+    """Pinned host -> `device` copies at sizes up to 256 MiB (or `max_bytes`); each sample
+    times `queued` copies back to back (per copy: a `queued`-th of it)."""
+    _check_queued(queued)
     free_bytes, _ = torch.cuda.mem_get_info(device)
     limit = min(max_bytes or _CUDA_SIZES[-1], free_bytes // 4)
     times: dict[int, float] = {}
@@ -55,17 +66,20 @@ def measure_cuda_copies(device: torch.device, max_bytes: int | None = None) -> C
             start = torch.cuda.Event(enable_timing=True)
             stop = torch.cuda.Event(enable_timing=True)
             start.record()
-            dev.copy_(host, non_blocking=True)
+            for _ in range(queued):
+                dev.copy_(host, non_blocking=True)
             stop.record()
             stop.synchronize()
-            samples.append(start.elapsed_time(stop) / 1e3)
+            samples.append(start.elapsed_time(stop) / 1e3 / queued)
         times[size] = statistics.median(samples)
         del host, dev
     return _curve(times)
 
 
-def measure_host_copies() -> CopyCurve:
-    """Host memory copies between separate buffers (the emulated device's copy engine)."""
+def measure_host_copies(queued: int = 1) -> CopyCurve:
+    """Host memory copies between separate buffers (the emulated device's copy engine); each
+    sample times `queued` copies back to back (per copy: a `queued`-th of it)."""
+    _check_queued(queued)
     times: dict[int, float] = {}
     for size in _HOST_SIZES:
         src = torch.ones(size, dtype=torch.uint8)
@@ -74,7 +88,8 @@ def measure_host_copies() -> CopyCurve:
         samples = []
         for _ in range(_REPEATS):
             t0 = time.perf_counter()
-            dst.copy_(src)
-            samples.append(time.perf_counter() - t0)
+            for _ in range(queued):
+                dst.copy_(src)
+            samples.append((time.perf_counter() - t0) / queued)
         times[size] = statistics.median(samples)
     return _curve(times)

@@ -63,6 +63,31 @@ def test_a_host_copy_curve_round_trips(tmp_path: Path) -> None:
     assert model.fractions[-1][1] == pytest.approx(1.0)  # the rate is the largest copy's
 
 
+def test_the_queued_curve_times_copies_issued_back_to_back() -> None:
+    from flextensor_compile.measure.bandwidth import measure_host_copies
+
+    single, queued = measure_host_copies(), measure_host_copies(queued=4)
+    assert [p.bytes for p in queued.points] == [p.bytes for p in single.points]
+    assert all(p.bytes_per_s > 0 for p in queued.points) and queued.latency_ms >= 0
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="number of copies a sample times"):
+            measure_host_copies(queued=bad)  # type: ignore[arg-type]
+
+
+def test_both_measured_curves_are_saved_for_the_suite(tmp_path: Path) -> None:
+    from bench.gpu.__main__ import QUEUED, SMOKE, measure_curve, queued_path, save_curves
+
+    single, queued = measure_curve(SMOKE), measure_curve(SMOKE, QUEUED)
+    first, second = save_curves(tmp_path / "out" / "h2d_curve.json", "host", single, queued)
+    assert first == tmp_path / "out" / "h2d_curve.json"
+    assert second == queued_path(first) == tmp_path / "out" / "h2d_curve_queued.json"
+    assert measured_model(first).name == "measured (host)"
+    assert measured_model(second).name == f"measured (host, {QUEUED} copies queued)"
+    doc = json.loads(second.read_text())
+    assert doc["bytes_per_s"] == queued.bytes_per_s
+    assert [b for b, _ in doc["points"]] == [p.bytes for p in queued.points]
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

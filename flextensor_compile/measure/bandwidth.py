@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import BandwidthPoint
 
 __all__ = ["CopyCurve", "measure_cuda_copies", "measure_host_copies"]
@@ -46,7 +47,7 @@ def _curve(times_s: dict[int, float]) -> CopyCurve:
 
 def _check_queued(queued: int) -> None:
     if isinstance(queued, bool) or not isinstance(queued, int) or queued < 1:
-        raise ValueError(f"queued={queued!r}: pass the number of copies a sample times (>= 1)")
+        raise ConfigError(f"queued={queued!r}: pass the number of copies a sample times (>= 1)")
 
 
 def measure_cuda_copies(device: torch.device, max_bytes: int | None = None,

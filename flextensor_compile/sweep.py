@@ -18,19 +18,23 @@ from pathlib import Path
 from flextensor_compile.emit import SOLVER_SECTION
 from flextensor_compile.planning import solve_stats
 from flextensor_compile.solve.bound import staging_bound_ms
-from flextensor_compile.solve.problem import NOT_OFFLOADABLE
+from flextensor_compile.solve.problem import NOT_OFFLOADABLE, over_device_memory
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_compile.timeline import import_pyplot
 from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
 
-__all__ = ["SweepPoint", "parse_fractions", "plot_sweep", "stats_from_profile", "sweep",
-           "weight_bytes"]  # fmt: skip
+__all__ = ["NO_FIT", "OVER_MEMORY", "SweepPoint", "parse_fractions", "plot_sweep",
+           "stats_from_profile", "sweep", "weight_bytes"]  # fmt: skip
+
+NO_FIT = "does not fit"  # `SweepPoint.status`: no plan fits the budget (`error` says the least)
+OVER_MEMORY = "over device memory"  # the budget is more than the device has: not solved
 
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One budget. `makespan_ms` is None when no plan fits (then `error` says why)."""
+    """One budget. `makespan_ms` is None when no plan fits or the budget is more than the
+    device's memory (`status` says which, `error` why)."""
 
     fraction: float
     budget_bytes: int
@@ -42,6 +46,7 @@ class SweepPoint:
     strategy: str | None
     error: str = ""
     bound_ms: float | None = None  # the staging bound: no plan at this budget predicts less
+    status: str = "planned"  # or NO_FIT, or OVER_MEMORY (then nothing was solved)
 
 
 _MAX_POINTS = 1000  # budgets one sweep solves: each is a full solve
@@ -125,10 +130,17 @@ def sweep(stats: Stats, config: PlanConfig, fractions: tuple[float, ...],
 def _point(stats: Stats, config: PlanConfig, fraction: float, mem_fraction: float) -> SweepPoint:
     budget = config.budget_bytes
     assert budget is not None
+    if over_device_memory(stats, budget):  # a model larger than its device: the top fractions
+        why = (f"budget of {budget} bytes is more than {stats.device.name}'s "
+               f"{stats.device.memory_bytes} bytes of memory; sweep fractions up to "
+               f"{stats.device.memory_bytes / weight_bytes(stats):.3f}")  # fmt: skip
+        return SweepPoint(fraction, budget, mem_fraction, None, None, None, None, None, why,
+                          status=OVER_MEMORY)  # fmt: skip
     try:
         problem, plan = solve_stats(stats, config)
     except BudgetError as exc:
-        return SweepPoint(fraction, budget, mem_fraction, None, None, None, None, None, str(exc))
+        return SweepPoint(fraction, budget, mem_fraction, None, None, None, None, None, str(exc),
+                          status=NO_FIT)  # fmt: skip
     bound = staging_bound_ms(problem)
     return SweepPoint(fraction, budget, mem_fraction, plan.makespan_ms, plan.simulation.stall_ms,
                       plan.streamed_bytes, plan.peak_bytes, plan.strategy,

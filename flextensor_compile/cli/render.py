@@ -154,7 +154,7 @@ def sweep_table(points: Sequence[Any]) -> Table:
     for p in points:
         if p.makespan_ms is None:
             table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), "-", "-", "-", "-",
-                          "-", "does not fit")  # fmt: skip
+                          "-", safe(p.status))  # fmt: skip
             continue
         ratio = f"{p.makespan_ms / p.bound_ms:.3f}" if p.bound_ms else "-"
         table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.makespan_ms:.3f}",

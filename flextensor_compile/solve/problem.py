@@ -25,6 +25,7 @@ __all__ = [
     "Problem",
     "TrapSpec",
     "align_up",
+    "over_device_memory",
     "problem_from_stats",
 ]
 
@@ -128,6 +129,12 @@ def _pin_reasons(stats: Stats) -> dict[str, str]:
     return reasons
 
 
+def over_device_memory(stats: Stats, budget_bytes: int) -> bool:
+    """Whether a budget is more than the device's memory (an emulated device has no limit:
+    its memory is whatever the plan is for)."""
+    return budget_bytes > stats.device.memory_bytes and stats.device.kind != "emulated"
+
+
 def _budget(stats: Stats, config: PlanConfig) -> int | None:
     """Bytes weights (resident + blocks + reserve) may use; `budget_bytes` wins over a fraction
     (an emitted profile records both)."""
@@ -135,7 +142,7 @@ def _budget(stats: Stats, config: PlanConfig) -> int | None:
         if config.budget_bytes <= 0:
             raise ConfigError(f"budget must be positive, got {config.budget_bytes} bytes")
         memory = stats.device.memory_bytes
-        if config.budget_bytes > memory and stats.device.kind != "emulated":
+        if over_device_memory(stats, config.budget_bytes):
             raise ConfigError(
                 f"budget of {config.budget_bytes} bytes is larger than {stats.device.name}'s "
                 f"{memory} bytes of memory; pass --budget {memory} or less, or --mem-fraction"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from flextensor_compile.cli.app import app
 from flextensor_compile.stats import save_stats
+from flextensor_compile.sweep import OVER_MEMORY
 from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import check_profile, load
 from tests.solve.instances import total_bytes, uniform_stats
@@ -55,6 +57,26 @@ def test_sweep_from_stats_and_from_a_profile(stats_file: Path, tmp_path: Path) -
     assert runner.invoke(app, ["plan", str(stats_file), "-o", str(out)]).exit_code == 0
     table = runner.invoke(app, ["sweep", str(out), "--fractions", "0.5,1.0"])
     assert table.exit_code == 0 and "1.00" in table.output and "x bound" in table.output
+
+
+def test_sweep_marks_budgets_over_device_memory(tmp_path: Path) -> None:
+    stats = uniform_stats(10)
+    weights = total_bytes(stats)
+    small = replace(stats, device=replace(stats.device, memory_bytes=int(weights * 0.7)))
+    path = save_stats(small, tmp_path / "small.json")
+    result = runner.invoke(app, ["sweep", str(path), "--fractions", "0.4:1.0:0.2", "--json"])
+    assert result.exit_code == 0, result.output
+    points = json.loads(result.output)
+    assert [p["status"] for p in points] == ["planned", "planned", OVER_MEMORY, OVER_MEMORY]
+    assert all(p["makespan_ms"] is None and p["bound_ms"] is None for p in points[2:])
+    assert "sweep fractions up to 0.700" in points[-1]["error"]
+    table = runner.invoke(app, ["sweep", str(path), "--fractions", "0.5,1.0"])
+    assert table.exit_code == 0 and "over device memory" in table.output
+    # an emulated device has the memory the plan is for: every budget is solved
+    emulated = replace(small, device=replace(small.device, kind="emulated"))
+    swept = runner.invoke(app, ["sweep", str(save_stats(emulated, tmp_path / "e.json")),
+                                "--fractions", "1.0", "--json"])  # fmt: skip
+    assert swept.exit_code == 0 and json.loads(swept.output)[0]["status"] == "planned"
 
 
 def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:

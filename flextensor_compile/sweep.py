@@ -3,7 +3,8 @@
 Owns: re-solving one model at a range of budgets (fractions of its weight bytes) with the staging
 bound at each (the least makespan any plan at that budget can predict), the fraction
 range syntax `start:stop:step`, recovering stats from a compiled profile (so a sweep can start
-from either), and the optional plot (matplotlib, as for the timeline).
+from either), and the optional plot (matplotlib, as for the timeline). The budgets are
+independent solves: a long sweep runs them in worker processes (`workers`).
 Must not know: the CLI, rendering, files.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +23,7 @@ from flextensor_compile.solve.bound import staging_bound_ms
 from flextensor_compile.solve.problem import NOT_OFFLOADABLE, over_device_memory
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_compile.timeline import import_pyplot
+from flextensor_compile.workers import parallel_jobs, run_calls
 from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
 
@@ -112,19 +115,26 @@ def weight_bytes(stats: Stats) -> int:
 
 
 def sweep(stats: Stats, config: PlanConfig, fractions: tuple[float, ...],
-          progress: Callable[[], None] | None = None) -> tuple[SweepPoint, ...]:  # fmt: skip
+          progress: Callable[[], None] | None = None, jobs: int | None = None,
+          ) -> tuple[SweepPoint, ...]:  # fmt: skip
     """Solve at each fraction of the weight bytes (the rest of `config` kept); `progress` is
-    called after each budget."""
+    called after each budget. `jobs`: worker processes for the budgets after the first (1: none;
+    None: one per CPU when the first budget's solve says the rest would take over
+    `workers.MIN_PARALLEL_S`). The points are the same either way."""
     weights = weight_bytes(stats)
     memory = stats.device.memory_bytes or 1
-    points = []
+    calls = []
     for f in fractions:
         budget = max(1, int(f * weights))
-        cfg = replace(config, budget_bytes=budget, mem_fraction=None)
-        points.append(_point(stats, cfg, f, budget / memory))
-        if progress is not None:
-            progress()
-    return tuple(points)
+        calls.append((stats, replace(config, budget_bytes=budget, mem_fraction=None), f,
+                      budget / memory))  # fmt: skip
+    if jobs is not None:
+        return tuple(run_calls(_point, calls, parallel_jobs(jobs, len(calls), 0.0), progress))
+    start = time.perf_counter()
+    first = run_calls(_point, calls[:1], 1, progress)
+    rest = calls[1:]
+    expected_s = (time.perf_counter() - start) * len(rest)
+    return (*first, *run_calls(_point, rest, parallel_jobs(jobs, len(rest), expected_s), progress))
 
 
 def _point(stats: Stats, config: PlanConfig, fraction: float, mem_fraction: float) -> SweepPoint:

@@ -83,6 +83,13 @@ def sweep(
         help=ASSIGNMENT_HELP.rstrip(".") + " (default: the profile's, or optimized-round-robin).",
     ),
     plot: Path = typer.Option(None, "--plot", help="Also draw the curve to this PNG."),
+    jobs: int = typer.Option(
+        None,
+        "--jobs",
+        min=1,
+        help="Worker processes for the budgets (1: none; default: one per CPU when the first "
+        "budget's solve says the rest would take over 2 s).",
+    ),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
@@ -96,7 +103,7 @@ def sweep(
     config = _override(config, strategy, assignment)
     with PhaseBars(quiet=False) as bars:  # on stderr, and only on a terminal
         bars.start("sweep", len(budgets))
-        points = run_sweep(stats, config, budgets, lambda: bars.advance("sweep"))
+        points = run_sweep(stats, config, budgets, lambda: bars.advance("sweep"), jobs)
     if plot is not None:
         with atomic_output(plot) as tmp:
             plot_sweep(points, tmp)

@@ -16,7 +16,7 @@ from flextensor_compile.units import printable
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import DeviceSpec, Profile
 
-__all__ = ["bandwidth_of", "import_pyplot", "plot_timeline", "simulate_profile"]
+__all__ = ["bandwidth_of", "import_pyplot", "one_period", "plot_timeline", "simulate_profile"]
 
 
 def bandwidth_of(device: DeviceSpec) -> BandwidthModel:
@@ -47,31 +47,49 @@ def import_pyplot() -> Any:
 
 
 def plot_timeline(profile: Profile, path: str | os.PathLike[str]) -> Path:
-    """Draw one steady-state iteration (compute lane above, copy lane below) to a PNG."""
+    """Draw one steady-state iteration (compute lane above, copy lane below) to a PNG; copies
+    issued in the iteration before are drawn where they run for the next one (`one_period`)."""
     plt = import_pyplot()
     sim = simulate_profile(profile)
-    block_of = {t.trap: t.block for t in profile.schedule}
     fig, ax = plt.subplots(figsize=(12, 2.8))
     colors = plt.get_cmap("tab10")
-    for order, (start, end) in enumerate(sim.trap_spans_ms):
-        stall = sim.trap_stall_ms[order]
-        if stall > 0:
-            ax.broken_barh([(start - stall, stall)], (1.1, 0.8), color="#d62728", alpha=0.35)
-        ax.broken_barh([(start, end - start)], (1.1, 0.8), color="#4c72b0",
-                       edgecolor="white", linewidth=0.3)  # fmt: skip
-    for trap, start, end in sim.copy_spans_ms:
-        ax.broken_barh([(start, end - start)], (0.1, 0.8), color=colors(block_of[trap] % 10),
-                       edgecolor="white", linewidth=0.3)  # fmt: skip
+    # one call per colour, not per span: thousands of leaf traps draw in well under a second;
+    # stalls last, over the edges of the computes beside them
+    ax.broken_barh([(s, e - s) for s, e in sim.trap_spans_ms], (1.1, 0.8), color="#4c72b0",
+                   edgecolor="white", linewidth=0.3)  # fmt: skip
+    stalls = [(s - w, w) for (s, _), w in zip(sim.trap_spans_ms, sim.trap_stall_ms, strict=True)
+              if w > 0]  # fmt: skip
+    ax.broken_barh(stalls, (1.1, 0.8), color="#d62728", alpha=0.35)
+    by_colour: dict[int, list[tuple[float, float]]] = {}
+    for job, (_, start, end) in zip(sim.copy_jobs, sim.copy_spans_ms, strict=True):
+        pieces = by_colour.setdefault(profile.schedule[job].block % 10, [])
+        pieces.extend(one_period(start, end, sim.makespan_ms))
+    for colour, spans in sorted(by_colour.items()):
+        ax.broken_barh(spans, (0.1, 0.8), color=colors(colour), edgecolor="white",
+                       linewidth=0.3)  # fmt: skip
     ax.set_yticks([0.5, 1.5], ["copy (colour = block)", "compute (red = stall)"])
     ax.set_xlabel("ms")
     ax.set_title(f"{_plain(profile.meta.command or 'profile')}: makespan {sim.makespan_ms:.2f} ms, "
                  f"stall {sim.stall_ms:.2f} ms, {len(profile.schedule)} copies")  # fmt: skip
-    ax.set_xlim(min([0.0] + [s for _, s, _ in sim.copy_spans_ms]), sim.makespan_ms)
+    ax.set_xlim(0.0, sim.makespan_ms)
     fig.tight_layout()
     target = Path(path)
     fig.savefig(target, dpi=120)
     plt.close(fig)
     return target
+
+
+def one_period(start: float, end: float, period: float) -> list[tuple[float, float]]:
+    """A copy's (start, width) pieces within one period [0, `period`): the schedule repeats
+    every iteration, so a copy issued during the iteration before (a negative start) is drawn
+    where the same copy for the next iteration runs, split where it wraps."""
+    width = end - start
+    if not period > 0 or width <= 0:
+        return [(start, width)] if width > 0 else []
+    at = start % period
+    if at + width <= period:
+        return [(at, width)]
+    return [(at, period - at), (0.0, at + width - period)]
 
 
 def _plain(text: str) -> str:

@@ -1,4 +1,4 @@
-"""Human sizes and rates: parsing `6GiB`, `24GB/s`, and printing bytes and text for people.
+"""Human sizes and rates: parsing `6GiB`, `24GB/s`, and printing bytes, counts and text for people.
 
 Owns: the unit suffixes the CLI accepts, how sizes are shown, and text from files shown as
 written (control characters as escapes). Must not know: torch, profiles.
@@ -10,7 +10,7 @@ import re
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["format_bytes", "format_rate", "parse_rate", "parse_size", "printable"]
+__all__ = ["count_of", "format_bytes", "format_rate", "parse_rate", "parse_size", "printable"]
 
 _UNITS = {
     "": 1, "b": 1,
@@ -59,6 +59,13 @@ def format_bytes(n: int | float | None) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.3g} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def count_of(n: int, noun: str) -> str:
+    """`1 block`, `2 blocks`, `0 copies`: a count and its noun (plural by -s, -y -> -ies)."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
 
 
 def format_rate(bytes_per_s: float) -> str:

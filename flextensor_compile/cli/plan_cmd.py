@@ -41,7 +41,7 @@ def plan(
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_compile.planning import plan_profile
-    from flextensor_compile.units import format_bytes, parse_size
+    from flextensor_compile.units import count_of, format_bytes, parse_size
     from flextensor_runtime.profile import PlanConfig, save
 
     _check(stats, out, mem_fraction, budget, num_blocks, min_blocks)
@@ -61,8 +61,8 @@ def plan(
     limit = profile.config.budget_bytes
     out_console().print(
         f"wrote {safe(out)}: resident {format_bytes(p.resident_bytes)}, streamed "
-        f"{format_bytes(p.streamed_bytes)} in {len(profile.schedule)} copies, "
-        f"{len(profile.blocks)} blocks; peak {format_bytes(p.peak_bytes)}"
+        f"{format_bytes(p.streamed_bytes)} in {count_of(len(profile.schedule), 'copy')}, "
+        f"{count_of(len(profile.blocks), 'block')}; peak {format_bytes(p.peak_bytes)}"
         + ("" if limit is None else f" of {format_bytes(limit)}")
         + f"; makespan {p.makespan_ms:.3f} ms (compute {p.compute_ms:.3f}, stall {p.stall_ms:.3f})"
     )

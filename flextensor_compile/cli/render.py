@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flextensor_compile.units import format_bytes, format_rate, printable
+from flextensor_compile.units import count_of, format_bytes, format_rate, printable
 
 __all__ = ["err_console", "out_console", "print_json", "render_inspect", "safe", "sweep_table"]
 
@@ -57,6 +57,7 @@ def _summary(doc: dict[str, Any]) -> Table:
     memory = dev["memory_bytes"]  # 0 only in a hand-made profile: show it, divide by nothing
     share = f"{budget / memory:.0%} of device" if budget and memory > 0 else "device memory unknown"
     budget_text = "none (latency mode)" if budget is None else f"{format_bytes(budget)} ({share})"
+    transfers = count_of(tot["transfer_count"], "transfer")
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -69,9 +70,9 @@ def _summary(doc: dict[str, Any]) -> Table:
         ("budget", budget_text),
         ("strategy", safe(f"{doc['config']['strategy']}, {doc['config']['transfer_mode']}")),
         ("resident", format_bytes(tot["resident_bytes"])),
-        ("streamed", f"{format_bytes(tot['streamed_bytes'])} in {tot['transfer_count']} transfers"
+        ("streamed", f"{format_bytes(tot['streamed_bytes'])} in {transfers}"
                      + (f" ({format_bytes(tot['disk_bytes'])} from disk)" if tot["disk_bytes"] else "")),
-        ("blocks", f"{len(doc['blocks'])} blocks, {format_bytes(tot['blocks_bytes'])}"),
+        ("blocks", f"{count_of(len(doc['blocks']), 'block')}, {format_bytes(tot['blocks_bytes'])}"),
         ("peak", format_bytes(pred["peak_bytes"])),
         ("predicted", f"compute {pred['compute_ms']:.3f} ms, makespan {pred['makespan_ms']:.3f} ms, "
                       f"stall {pred['stall_ms']:.3f} ms (overhead {_percent(pred['overhead'])})"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flextensor_compile.units import parse_rate, parse_size
+from flextensor_compile.units import count_of, parse_rate, parse_size
 from flextensor_runtime.errors import ConfigError
 
 
@@ -40,3 +40,8 @@ def test_petabyte_units_parse_and_the_limit_is_named() -> None:
     assert parse_size("0.5PB") == 5 * 10**14
     with pytest.raises(ConfigError, match="out of range; give a positive size up to 1 PiB"):
         parse_size("2PiB")
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    assert [count_of(n, "block") for n in (0, 1, 2)] == ["0 blocks", "1 block", "2 blocks"]
+    assert [count_of(n, "copy") for n in (1, 65)] == ["1 copy", "65 copies"]

@@ -13,7 +13,7 @@ from flextensor_compile.planning import plan_profile
 from flextensor_compile.solve import problem_from_stats, staging_bound_ms
 from flextensor_compile.stats import Stats, TrapStat, load_stats
 from flextensor_compile.sweep import parse_fractions, plot_sweep, stats_from_profile, sweep
-from flextensor_compile.timeline import plot_timeline, simulate_profile
+from flextensor_compile.timeline import one_period, plot_timeline, simulate_profile
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import PlanConfig, Profile
 from tests.solve.instances import device, tensor, total_bytes, uniform_stats
@@ -71,6 +71,18 @@ def test_timeline_replays_the_predicted_iteration(tmp_path) -> None:
     assert sim.trap_stall_ms == pytest.approx(profile.predicted.trap_stall_ms)
     out = plot_timeline(profile, tmp_path / "t.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_copy_lane_shows_one_period() -> None:
+    assert one_period(-10.0, -5.0, 100.0) == [(90.0, 5.0)]  # issued the iteration before
+    assert one_period(-2.0, 3.0, 100.0) == [(98.0, 2.0), (0.0, 3.0)]  # wraps: split
+    assert one_period(10.0, 20.0, 100.0) == [(10.0, 10.0)] and one_period(5.0, 5.0, 100.0) == []
+    profile = _profile(uniform_stats(8), 0.5)
+    sim = simulate_profile(profile)
+    pieces = [p for _, a, b in sim.copy_spans_ms for p in one_period(a, b, sim.makespan_ms)]
+    assert any(a < 0 for _, a, _ in sim.copy_spans_ms)  # this plan prefetches cyclically
+    assert all(0 <= a and a + w <= sim.makespan_ms + 1e-9 for a, w in pieces)
+    assert sum(w for _, w in pieces) == pytest.approx(sim.copy_busy_ms)
 
 
 @pytest.mark.filterwarnings("error::UserWarning")  # a glyph no font has warns

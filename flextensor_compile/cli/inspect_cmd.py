@@ -82,7 +82,10 @@ def _render_explain(expl: dict, console: Any) -> None:
     why = Table(title="why each tensor streams or stays", title_justify="left",
                 header_style="bold")  # fmt: skip
     for col in ("tensor", "placement", "size", "window ms", "copy ms", "reason"):
-        why.add_column(col, justify="right" if col in ("size", "window ms", "copy ms") else "left")
+        numeric = col in ("size", "window ms", "copy ms")
+        # names fold (never cut to an ellipsis: the row would not say which tensor it is)
+        why.add_column(col, justify="right" if numeric else "left", no_wrap=numeric,
+                       overflow="fold", min_width=12 if col == "tensor" else None)  # fmt: skip
     for t in expl["tensors"]:
         why.add_row(safe(t["name"]), safe(t["placement"]), format_bytes(t["bytes"]),
                     f"{t['window_ms']:.3f}", f"{t['copy_ms']:.3f}", safe(t["reason"]))  # fmt: skip
@@ -90,7 +93,8 @@ def _render_explain(expl: dict, console: Any) -> None:
     blocks = Table(title="block assignment (transfers in trap order: issued at -> released after)",
                    title_justify="left", header_style="bold")  # fmt: skip
     for col in ("block", "size", "transfers"):
-        blocks.add_column(col, justify="right" if col != "transfers" else "left")
+        blocks.add_column(col, justify="right" if col != "transfers" else "left",
+                          no_wrap=col != "transfers", overflow="fold")  # fmt: skip
     for b in expl["blocks"]:
         users = ", ".join(f"{safe(u['trap'])} {safe(u['name'])} ({format_bytes(u['bytes'])}"
                           f"{' @' + format_bytes(u['offset']) if u['offset'] else ''}, "

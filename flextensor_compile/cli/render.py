@@ -144,14 +144,14 @@ def render_inspect(doc: dict[str, Any], console: Console) -> None:
 def sweep_table(points: Sequence[Any]) -> Table:
     """`ftc sweep`'s table: one row per budget fraction (points from `flextensor_compile.sweep`)."""
     table = Table(title="predicted iteration per budget (frac = fraction of the weight bytes; "
-                  "x bound = makespan over the least any plan at that budget can predict)",
-                  title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), pad_edge=False)  # fmt: skip
-    widths = {"frac": 5, "budget": 9, "makespan ms": 11, "x bound": 7, "stall ms": 9,
-              "streamed": 9, "peak": 9}  # fmt: skip
-    for col, width in widths.items():
-        table.add_column(col, justify="right", no_wrap=True, min_width=width)
-    table.add_column("strategy", overflow="fold")
+                  "makespan and stall in ms; x bound = makespan over the least any plan at "
+                  "that budget can predict)", title_justify="left", header_style="bold",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True,
+                  pad_edge=False)  # fmt: skip
+    for col in ("frac", "budget", "makespan", "x bound", "stall", "streamed", "peak"):
+        table.add_column(col, justify="right", no_wrap=True)
+    # the strategy (or why no plan) folds before it is squeezed out of an 80-column terminal
+    table.add_column("strategy", overflow="fold", min_width=12)
     for p in points:
         if p.makespan_ms is None:
             table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), "-", "-", "-", "-",

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from flextensor_compile.cli.app import app
-from flextensor_compile.stats import save_stats
+from flextensor_compile.stats import Stats, TrapStat, save_stats
 from flextensor_compile.sweep import OVER_MEMORY
 from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import check_profile, load
-from tests.solve.instances import total_bytes, uniform_stats
+from tests.solve.instances import tensor, total_bytes, uniform_stats
 
 runner = CliRunner()
 
@@ -70,8 +70,11 @@ def test_sweep_marks_budgets_over_device_memory(tmp_path: Path) -> None:
     assert [p["status"] for p in points] == ["planned", "planned", OVER_MEMORY, OVER_MEMORY]
     assert all(p["makespan_ms"] is None and p["bound_ms"] is None for p in points[2:])
     assert "sweep fractions up to 0.700" in points[-1]["error"]
-    table = runner.invoke(app, ["sweep", str(path), "--fractions", "0.5,1.0"])
-    assert table.exit_code == 0 and "over device memory" in table.output
+    for columns, shown in (("120", "over device memory"), ("80", "over device")):
+        # an 80-column terminal folds the last column (it never drops it)
+        table = runner.invoke(app, ["sweep", str(path), "--fractions", "0.05,0.5,1.0"],
+                              env={"COLUMNS": columns})  # fmt: skip
+        assert table.exit_code == 0 and shown in table.output and "does not fit" in table.output
     # an emulated device has the memory the plan is for: every budget is solved
     emulated = replace(small, device=replace(small.device, kind="emulated"))
     swept = runner.invoke(app, ["sweep", str(save_stats(emulated, tmp_path / "e.json")),
@@ -96,6 +99,21 @@ def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:
     human = runner.invoke(app, ["inspect", str(out), "--explain"])
     assert human.exit_code == 0 and "block assignment" in human.output
     assert "x the staging bound" in human.output
+
+
+def test_explain_on_an_80_column_terminal_folds_names(tmp_path: Path) -> None:
+    long = "model.layers.{}.self_attention.query_key_value_projection.weight"
+    traps = tuple(TrapStat(f"model.layers.{i}.self_attention", 1.0,
+                           (tensor(long.format(i), 4000), tensor(f"model.layers.{i}.norm", 100)))
+                  for i in range(6))  # fmt: skip
+    stats = Stats("long names", uniform_stats(1).device, traps)
+    out = tmp_path / "p.msgpack"
+    planned = runner.invoke(app, ["plan", str(save_stats(stats, tmp_path / "s.json")),
+                                  "--budget", str(total_bytes(stats) // 2), "-o", str(out)])  # fmt: skip
+    assert planned.exit_code == 0, planned.output
+    human = runner.invoke(app, ["inspect", str(out), "--explain"], env={"COLUMNS": "80"})
+    assert human.exit_code == 0 and "why each tensor" in human.output
+    assert "…" not in human.output  # long names fold: none is cut to an ellipsis
 
 
 @pytest.mark.parametrize(

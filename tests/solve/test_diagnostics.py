@@ -81,7 +81,7 @@ def test_the_copy_lane_shows_one_period() -> None:
     sim = simulate_profile(profile)
     pieces = [p for _, a, b in sim.copy_spans_ms for p in one_period(a, b, sim.makespan_ms)]
     assert any(a < 0 for _, a, _ in sim.copy_spans_ms)  # this plan prefetches cyclically
-    assert all(0 <= a and a + w <= sim.makespan_ms + 1e-9 for a, w in pieces)
+    assert all(a >= 0 and a + w <= sim.makespan_ms + 1e-9 for a, w in pieces)
     assert sum(w for _, w in pieces) == pytest.approx(sim.copy_busy_ms)
 
 

@@ -46,7 +46,8 @@ def _describe(kept: str, modules: Solved | None, leaves: Solved | None, n: tuple
             return f"{what} ({traps} traps) fit no plan"
         return f"{what} ({traps} traps) predict {_cost_ms(solved):.3f} ms"
 
-    return (f"granularity auto: kept {kept} traps; {one('modules', modules, n[0])}, "
+    noun = {"modules": "module", "leaves": "leaf"}[kept]
+    return (f"granularity auto: kept {noun} traps; {one('modules', modules, n[0])}, "
             f"{one('leaves', leaves, n[1])} (makespan + trap-call time stalls do not hide)")  # fmt: skip
 
 
@@ -63,8 +64,8 @@ def choose_granularity(measure: Callable[[bool], Compilation], config: PlanConfi
     modules = measure(False)
     coarse = _solved(modules.stats, config)
     if coarse is not None and coarse[1].makespan_ms <= coarse[0].compute_ms * (1 + 1e-9):
-        note = ("granularity auto: kept modules traps; their plan hides every copy, so leaves "
-                "were not measured")  # fmt: skip
+        note = ("granularity auto: kept module traps; their plan hides every copy, so leaf "
+                "traps were not measured")  # fmt: skip
         return replace(modules, notes=(*modules.notes, note))
     leaves = measure(True)
     split = _traps(leaves) != _traps(modules)

@@ -7,8 +7,9 @@ saves the measured curve for `python -m bench.plan_quality --copy-curve FILE` (r
 The curve is measured twice: each copy timed on its own, and `QUEUED` copies issued back to back
 (per copy a `QUEUED`-th: a busy copy engine, where a copy's fixed costs may overlap the one
 before); the second is saved beside FILE as `queued_path(FILE)` (`h2d_curve_queued.json`).
-`--smoke` runs a tiny model on the CPU (checks the script works). Finishes in well under 5
-minutes on one GPU."""
+`--curve-only` measures only the curves (what settles the plan-quality suite's copy model),
+`--no-curve` skips them. `--smoke` runs a tiny model on the CPU (checks the script works).
+Finishes in well under 5 minutes on one GPU."""
 
 from __future__ import annotations
 
@@ -206,7 +207,14 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU")
     parser.add_argument("--curve-out", metavar="FILE", help="also save the measured copy curve "
                         "(for `python -m bench.plan_quality --copy-curve FILE`)")  # fmt: skip
+    part = parser.add_mutually_exclusive_group()
+    part.add_argument("--curve-only", action="store_true",
+                      help="measure the copy curves only (seconds; what settles the copy model)")
+    part.add_argument("--no-curve", action="store_true",
+                      help="skip the copy curves (measured by an earlier --curve-only run)")
     args = parser.parse_args()
+    if args.no_curve and args.curve_out:
+        parser.error("--curve-out needs the curves: drop --no-curve")
     s = SMOKE if args.smoke else FULL
     if args.smoke:
         torch.set_num_threads(1)
@@ -215,9 +223,12 @@ def main() -> None:
     weights = s.depth * (s.dim * s.dim + s.dim) * torch.empty((), dtype=s.dtype).element_size()
     print(f"{s.device}: {s.depth} x Linear({s.dim}) {str(s.dtype).removeprefix('torch.')}, "
           f"{weights / 2**20:.0f} MiB of weights, {s.tokens} tokens")  # fmt: skip
-    print(f"{'variant':40s} {'latency ms':>11s} {'overlap':>8s} {'peak MiB':>9s}")
-    for name, ms, overlap, peak in run(s):
-        print(f"{name:40s} {ms:11.3f} {overlap:8.2f} {peak:9.1f}")
+    if not args.curve_only:
+        print(f"{'variant':40s} {'latency ms':>11s} {'overlap':>8s} {'peak MiB':>9s}")
+        for name, ms, overlap, peak in run(s):
+            print(f"{name:40s} {ms:11.3f} {overlap:8.2f} {peak:9.1f}")
+    if args.no_curve:
+        return
     measured, queued = measure_curve(s), measure_curve(s, QUEUED)
     for label, curve in (("each copy on its own", measured), (f"{QUEUED} copies queued", queued)):
         print(f"\ncopy curve, {label}: {curve.bytes_per_s / 1e9:.2f} GB/s at the largest copy, "

@@ -2,10 +2,16 @@
 # One GPU check, for a machine with CUDA PyTorch but no network and no project virtualenv:
 #   bash bench/gpu/check.sh [LOGDIR]
 # Installs any wheels found in .whl/ (e.g. diffusers for the group-offload row) into a scratch
-# site, then runs the CUDA tests, `python -m bench.gpu` (latency, overlap, peak memory, copy
-# curve, each copy alone and 8 queued back to back, saved as LOGDIR/h2d_curve.json and
-# LOGDIR/h2d_curve_queued.json for `python -m bench.plan_quality --copy-curve FILE`)
-# and `python -m bench.kernels`, each with its log in LOGDIR (default: gpu-logs/).
+# site, then runs, each with its log in LOGDIR (default: gpu-logs/) and its own time limit in
+# seconds (so one that hangs cannot take the others' time; set by the variables below):
+#   curve        python -m bench.gpu --curve-only: the copy curve, each copy alone and 8 queued
+#                back to back, saved as LOGDIR/h2d_curve.json and LOGDIR/h2d_curve_queued.json
+#                for `python -m bench.plan_quality --copy-curve FILE` (first: it settles the
+#                plan-quality suite's copy model)                               CURVE_S=90
+#   cuda-tests   the CUDA tests                                                 TESTS_S=210
+#   bench-gpu    python -m bench.gpu --no-curve (latency, overlap, peak memory) BENCH_S=150
+#   bench-kernels python -m bench.kernels                                       KERNELS_S=120
+# At most 570 s in all with the defaults. Exit status 1 if any step failed or ran out of time.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 logs=${1:-gpu-logs}
@@ -18,14 +24,20 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee "$logs/device.log"
 status=0
-run() {  # name, command...
-    local name=$1; shift
-    echo "== $name: $*"
-    local start=$SECONDS
-    "$@" 2>&1 | tee "$logs/$name.log" || status=1
-    echo "== $name: $((SECONDS - start)) s"
+run() {  # name, time limit (s), command...
+    local name=$1 limit=$2; shift 2
+    echo "== $name: $* (limit ${limit} s)"
+    local start=$SECONDS rc
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$logs/$name.log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        echo "== $name: ran out of its ${limit} s" | tee -a "$logs/$name.log"
+    fi
+    [ "$rc" -eq 0 ] || status=1
+    echo "== $name: $((SECONDS - start)) s, exit $rc"
 }
-run cuda-tests python3 -m pytest -q -p no:cacheprovider -m cuda tests
-run bench-gpu python3 -m bench.gpu --curve-out "$logs/h2d_curve.json"
-run bench-kernels python3 -m bench.kernels --json "$logs/kernels.json"
+run curve "${CURVE_S:-90}" python3 -m bench.gpu --curve-only --curve-out "$logs/h2d_curve.json"
+run cuda-tests "${TESTS_S:-210}" python3 -m pytest -q -p no:cacheprovider -m cuda tests
+run bench-gpu "${BENCH_S:-150}" python3 -m bench.gpu --no-curve
+run bench-kernels "${KERNELS_S:-120}" python3 -m bench.kernels --json "$logs/kernels.json"
 exit $status

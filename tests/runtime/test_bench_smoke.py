@@ -31,3 +31,24 @@ def test_gpu_bench_curve_rows_put_the_suite_model_next_to_the_measured_rates() -
     assert all(0 < a <= 1 for a in assumed) and assumed == sorted(assumed)
     # the model's small copies are the slow ones: about half the rate at 256 KiB
     assert assumed[0] < 0.6 < assumed[-1]
+
+
+@pytest.mark.slow
+def test_bench_gpu_parts(tmp_path: Path) -> None:
+    """`--curve-only` (what bench/gpu/check.sh runs first) saves both curves and nothing else;
+    `--no-curve` runs the rest; together they need no --curve-out twice."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def bench(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "bench.gpu", "--smoke", *args], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+
+    curve = bench("--curve-only", "--curve-out", str(tmp_path / "h2d_curve.json"))
+    assert curve.returncode == 0, curve.stderr
+    assert "flextensor 50% budget" not in curve.stdout and "8 copies queued" in curve.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h2d_curve.json", "h2d_curve_queued.json"]
+    rest = bench("--no-curve")
+    assert rest.returncode == 0 and "flextensor 50% budget" in rest.stdout
+    assert "copy curve" not in rest.stdout
+    both = bench("--no-curve", "--curve-out", str(tmp_path / "x.json"))
+    assert both.returncode != 0 and "drop --no-curve" in both.stderr

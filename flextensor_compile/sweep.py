@@ -28,7 +28,7 @@ from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
 
 __all__ = ["NO_FIT", "OVER_MEMORY", "SweepPoint", "parse_fractions", "plot_sweep",
-           "stats_from_profile", "sweep", "weight_bytes"]  # fmt: skip
+           "smallest_near_fastest", "stats_from_profile", "sweep", "weight_bytes"]  # fmt: skip
 
 NO_FIT = "does not fit"  # `SweepPoint.status`: no plan fits the budget (`error` says the least)
 OVER_MEMORY = "over device memory"  # the budget is more than the device has: not solved
@@ -155,6 +155,18 @@ def _point(stats: Stats, config: PlanConfig, fraction: float, mem_fraction: floa
     return SweepPoint(fraction, budget, mem_fraction, plan.makespan_ms, plan.simulation.stall_ms,
                       plan.streamed_bytes, plan.peak_bytes, plan.strategy,
                       bound_ms=bound if math.isfinite(bound) else None)  # fmt: skip
+
+
+def smallest_near_fastest(points: tuple[SweepPoint, ...], within: float) -> SweepPoint | None:
+    """The planned point with the smallest budget whose makespan is within `within` (a
+    fraction, e.g. 0.05) of the fastest planned point's; None when no point has a plan."""
+    planned = [p for p in points if p.makespan_ms is not None]
+    if not planned:
+        return None
+    fastest = min(p.makespan_ms for p in planned if p.makespan_ms is not None)
+    near = [p for p in planned if p.makespan_ms is not None
+            and p.makespan_ms <= fastest * (1 + within)]  # fmt: skip
+    return min(near, key=lambda p: (p.budget_bytes, p.fraction))
 
 
 def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> Path:

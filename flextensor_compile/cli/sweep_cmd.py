@@ -18,6 +18,7 @@ from flextensor_compile.cli.progress import PhaseBars
 
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
+    from flextensor_compile.sweep import SweepPoint
     from flextensor_runtime.profile import PlanConfig
 
 __all__ = ["register"]
@@ -112,8 +113,29 @@ def sweep(
         return
     console = out_console()
     console.print(sweep_table(points))
+    for line in _pick_lines(points):
+        console.print(line)
     if plot is not None:
         console.print(f"plot written to {safe(plot)}")
+
+
+def _pick_lines(points: tuple[SweepPoint, ...]) -> list[str]:
+    """Where to look when picking a budget: the smallest budget within 5% and 20% of the
+    fastest plan swept."""
+    from flextensor_compile.sweep import smallest_near_fastest
+    from flextensor_compile.units import format_bytes
+
+    fastest = smallest_near_fastest(points, 0.0)
+    if fastest is None or fastest.makespan_ms is None:
+        return []
+    lines = [f"fastest: {fastest.makespan_ms:.3f} ms, first at frac {fastest.fraction:.2f} "
+             f"({format_bytes(fastest.budget_bytes)})"]  # fmt: skip
+    for within in (0.05, 0.20):
+        near = smallest_near_fastest(points, within)
+        if near is not None and near is not fastest and near.makespan_ms is not None:
+            lines.append(f"within {within:.0%} of it from frac {near.fraction:.2f} "
+                         f"({format_bytes(near.budget_bytes)}): {near.makespan_ms:.3f} ms")  # fmt: skip
+    return lines
 
 
 def register(app: typer.Typer) -> None:

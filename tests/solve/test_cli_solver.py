@@ -57,6 +57,7 @@ def test_sweep_from_stats_and_from_a_profile(stats_file: Path, tmp_path: Path) -
     assert runner.invoke(app, ["plan", str(stats_file), "-o", str(out)]).exit_code == 0
     table = runner.invoke(app, ["sweep", str(out), "--fractions", "0.5,1.0"])
     assert table.exit_code == 0 and "1.00" in table.output and "x bound" in table.output
+    assert "fastest: " in table.output  # where to look when picking a budget
 
 
 def test_sweep_marks_budgets_over_device_memory(tmp_path: Path) -> None:

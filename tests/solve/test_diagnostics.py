@@ -12,7 +12,14 @@ from flextensor_compile.explain import explain_profile, explanation_json
 from flextensor_compile.planning import plan_profile
 from flextensor_compile.solve import problem_from_stats, staging_bound_ms
 from flextensor_compile.stats import Stats, TrapStat, load_stats
-from flextensor_compile.sweep import parse_fractions, plot_sweep, stats_from_profile, sweep
+from flextensor_compile.sweep import (
+    SweepPoint,
+    parse_fractions,
+    plot_sweep,
+    smallest_near_fastest,
+    stats_from_profile,
+    sweep,
+)
 from flextensor_compile.timeline import one_period, plot_timeline, simulate_profile
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import PlanConfig, Profile
@@ -160,3 +167,15 @@ def test_stats_recovered_from_a_profile_replan_to_the_same_plan() -> None:
 def test_parse_fractions_rejects_non_finite_and_endless_sweeps(spec: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_fractions(spec)
+
+
+def test_smallest_budget_near_the_fastest_plan() -> None:
+    def point(frac: float, ms: float | None) -> SweepPoint:
+        return SweepPoint(frac, int(frac * 1000), frac, ms, 0.0, 0, 0, "x" if ms else None)
+
+    points = (point(0.2, None), point(0.4, 130.0), point(0.6, 104.0), point(0.8, 100.0),
+              point(1.0, 100.0))  # fmt: skip
+    assert smallest_near_fastest(points, 0.0) == points[3]  # the first of the fastest
+    assert smallest_near_fastest(points, 0.05) == points[2]
+    assert smallest_near_fastest(points, 0.5) == points[1]
+    assert smallest_near_fastest(points[:1], 0.05) is None

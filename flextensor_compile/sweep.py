@@ -170,26 +170,23 @@ def smallest_near_fastest(points: tuple[SweepPoint, ...], within: float) -> Swee
 
 
 def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> Path:
-    """Makespan, the staging bound and stall (left axis) and streamed GiB (right axis) against
-    the budget."""
+    """Makespan, the staging bound and stall (upper panel) and streamed GiB (lower panel, same
+    budget axis: on one axis the two lines, both falling with the budget, hide each other)."""
     plt = import_pyplot()
     ok = [p for p in points if p.makespan_ms is not None]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, (ax, low) = plt.subplots(2, 1, figsize=(8, 5), sharex=True,
+                                  gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
     xs = [p.budget_bytes / 2**30 for p in ok]
     ax.plot(xs, [p.makespan_ms for p in ok], marker="o", label="makespan (ms)")
     ax.plot(xs, [p.stall_ms for p in ok], marker=".", label="stall (ms)")
     bounded = [p for p in ok if p.bound_ms is not None]
     ax.plot([p.budget_bytes / 2**30 for p in bounded], [p.bound_ms for p in bounded],
             linestyle=":", color="black", label="staging bound (ms)")  # fmt: skip
-    ax.set_xlabel("budget (GiB)")
     ax.set_ylabel("ms per iteration")
-    right = ax.twinx()
-    right.plot(xs, [(p.streamed_bytes or 0) / 2**30 for p in ok], color="gray", linestyle="--",
-               label="streamed (GiB)")  # fmt: skip
-    right.set_ylabel("streamed GiB")
-    lines = ax.get_legend_handles_labels()
-    more = right.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper right")
+    ax.legend(loc="upper right")
+    low.plot(xs, [(p.streamed_bytes or 0) / 2**30 for p in ok], color="gray", marker=".")
+    low.set_ylabel("streamed GiB")
+    low.set_xlabel("budget (GiB)")
     fig.tight_layout()
     target = Path(path)
     fig.savefig(target, dpi=120)

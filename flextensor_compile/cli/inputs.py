@@ -16,8 +16,11 @@ from flextensor_runtime.errors import FlextensorError, StatsFormatError
 
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
+    from flextensor_runtime.profile import PlanConfig
 
-__all__ = ["MAX_STATS_BYTES", "check_regular_file", "read_stats"]
+__all__ = ["MAX_STATS_BYTES", "check_regular_file", "read_measurements", "read_stats"]
+
+_MSGPACK_MAPS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # a profile starts with a map
 
 MAX_STATS_BYTES = 256 << 20  # a stats file lists each tensor once: real ones are a few MB
 
@@ -54,3 +57,19 @@ def read_stats(path: Path) -> Stats:
             f"{path}: a field has the wrong type or value ({cause}); regenerate the file with "
             "`ftc profile --save-stats`"
         ) from None
+
+
+def read_measurements(path: Path) -> tuple[Stats, PlanConfig | None]:
+    """(stats, None) from a stats JSON file, or (its stats, its config) from a compiled profile
+    (`stats_from_profile`): what `ftc plan` and `ftc sweep` re-solve."""
+    from flextensor_compile.sweep import stats_from_profile
+    from flextensor_runtime.profile import load
+
+    if not path.is_file():  # a missing file, a folder or a device: one line, nothing read
+        return read_stats(path), None
+    with open(path, "rb") as fh:
+        head = fh.read(1)
+    if not head or head[0] not in _MSGPACK_MAPS:  # text, empty, JSON: read as a stats file
+        return read_stats(path), None
+    profile = load(path)
+    return stats_from_profile(profile), profile.config

@@ -1,4 +1,4 @@
-"""`ftc plan STATS`: re-solve recorded measurements into a profile, without the model.
+"""`ftc plan STATS_OR_PROFILE`: re-solve recorded measurements into a profile, without the model.
 
 Owns: the plan command's options (budget, strategy, blocks, output). Must not know: how plans
 are searched (planning) or how profiles are encoded (the profile package).
@@ -17,7 +17,9 @@ __all__ = ["register"]
 
 
 def plan(
-    stats: Path = typer.Argument(..., help="A stats file (JSON) written by `ftc profile`."),
+    stats: Path = typer.Argument(
+        ..., help="A stats file (JSON) written by `ftc profile`, or a profile (.msgpack)."
+    ),
     out: Path = typer.Option(..., "-o", "--output", help="Where to write the profile (.msgpack)."),
     mem_fraction: float = typer.Option(
         None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."
@@ -35,8 +37,9 @@ def plan(
         False, "--json", metavar=FLAG, help="Print the profile's inspect document."
     ),
 ) -> None:
-    """Solve a stats file into an offload profile (memory mode with a budget, else latency)."""
-    from flextensor_compile.cli.inputs import read_stats
+    """Solve a stats file (or a profile's measurements) into an offload profile (memory mode with
+    a budget, else latency)."""
+    from flextensor_compile.cli.inputs import read_measurements
     from flextensor_compile.cli.render import out_console, print_json, safe
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
@@ -52,7 +55,7 @@ def plan(
     )  # fmt: skip
     # The canonical command (not argv): `ftc profile` records the same text for the same options,
     # so a profile re-planned from its stats is byte-identical.
-    profile = plan_profile(read_stats(stats), config, command=plan_command(config))
+    profile = plan_profile(read_measurements(stats)[0], config, command=plan_command(config))
     save(profile, out)
     if as_json:
         print_json(inspect_document(profile))
@@ -80,7 +83,7 @@ def _check(stats: Path, out: Path, mem_fraction: float | None, budget: str | Non
     check_at_most({"--num-blocks": num_blocks, "--min-blocks": min_blocks}, MAX_BLOCKS,
                   "more blocks than the model has tensors")  # fmt: skip
     check_output_file(out, "-o", "profile.msgpack")
-    check_distinct([("-o", out)], [("the input stats file", stats)])
+    check_distinct([("-o", out)], [("the input", stats)])
 
 
 def register(app: typer.Typer) -> None:

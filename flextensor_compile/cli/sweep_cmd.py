@@ -24,23 +24,13 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
-_MSGPACK_MAPS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # a profile starts with a map
-
-
 def _load(path: Path) -> tuple[Stats, PlanConfig]:
-    """(stats, config) from a stats JSON file or a compiled profile."""
-    from flextensor_compile.cli.inputs import read_stats
-    from flextensor_compile.sweep import stats_from_profile
-    from flextensor_runtime.profile import PlanConfig, load
+    """(stats, config) from a stats JSON file (default config) or a compiled profile (its own)."""
+    from flextensor_compile.cli.inputs import read_measurements
+    from flextensor_runtime.profile import PlanConfig
 
-    if not path.is_file():  # a missing file, a folder or a device: one line, nothing read
-        return read_stats(path), PlanConfig()
-    with open(path, "rb") as fh:
-        head = fh.read(1)
-    if not head or head[0] not in _MSGPACK_MAPS:  # text, empty, JSON: read as a stats file
-        return read_stats(path), PlanConfig()
-    profile = load(path)
-    return stats_from_profile(profile), profile.config
+    stats, config = read_measurements(path)
+    return stats, config or PlanConfig()
 
 
 def _checked_fractions(fractions: str, plot: Path | None, source: Path) -> tuple[float, ...]:

@@ -37,6 +37,19 @@ def test_plan_writes_a_valid_profile_within_the_budget(stats_file: Path, tmp_pat
     assert doc["predicted"]["peak_bytes"] == profile.predicted.peak_bytes
 
 
+def test_plan_from_a_profile_equals_plan_from_its_stats(stats_file: Path, tmp_path: Path) -> None:
+    first, again, direct = (tmp_path / f"{n}.msgpack" for n in ("first", "again", "direct"))
+    assert runner.invoke(app, ["plan", str(stats_file), "-o", str(first)]).exit_code == 0
+    budget = str(total_bytes(uniform_stats(10)) // 2)
+    replanned = runner.invoke(app, ["plan", str(first), "--budget", budget, "-o", str(again)])
+    assert replanned.exit_code == 0, replanned.output
+    assert runner.invoke(app, ["plan", str(stats_file), "--budget", budget, "-o",
+                               str(direct)]).exit_code == 0  # fmt: skip
+    assert again.read_bytes() == direct.read_bytes()
+    clash = runner.invoke(app, ["plan", str(first), "-o", str(first)])
+    assert clash.exit_code != 0 and "the input" in str(clash.exception)
+
+
 def test_plan_reports_the_smallest_budget(stats_file: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", str(stats_file), "--budget", "100", "-o",
                                  str(tmp_path / "p.msgpack")])  # fmt: skip

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-from bench.plan_quality import auto
+from bench.plan_quality import auto, targets
 from bench.plan_quality.copy_models import COPY_MODELS, CURVE, CopyModel, measured_model
 from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
 from bench.plan_quality.peer import PeerResult, cached_peer, judge, peer_document
@@ -204,7 +204,7 @@ def main() -> None:
         leaves = (leaf_problems[k], leaf_plans[k])
         rows[-1] |= auto.auto_fields(rows[-1]["lb_ms"], (case[4], plan), leaves, (ms, leaf_ms[k]))
         print(_fmt(rows[-1]), flush=True)
-    for line in _summary(rows) + auto.summary(rows):
+    for line in _summary(rows) + auto.summary(rows) + targets.target_lines(rows):
         print(line)
     if args.json:
         with open(args.json, "w") as fh:

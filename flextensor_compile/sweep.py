@@ -115,12 +115,14 @@ def weight_bytes(stats: Stats) -> int:
 
 
 def sweep(stats: Stats, config: PlanConfig, fractions: tuple[float, ...],
-          progress: Callable[[], None] | None = None, jobs: int | None = None,
+          progress: Callable[[], None] | None = None, jobs: int | None = 1,
           ) -> tuple[SweepPoint, ...]:  # fmt: skip
     """Solve at each fraction of the weight bytes (the rest of `config` kept); `progress` is
-    called after each budget. `jobs`: worker processes for the budgets after the first (1: none;
-    None: one per CPU when the first budget's solve says the rest would take over
-    `workers.MIN_PARALLEL_S`). The points are the same either way."""
+    called after each budget. `jobs`: worker processes for the budgets (1, the default: none;
+    None: one per CPU for the budgets after the first when its solve says they would take over
+    `workers.MIN_PARALLEL_S` in one process, what `ftc sweep` does). A script that asks for
+    workers must guard its entry point (`if __name__ == "__main__":`): spawned workers import
+    it. The points are the same either way."""
     weights = weight_bytes(stats)
     memory = stats.device.memory_bytes or 1
     calls = []

@@ -143,9 +143,10 @@ def _point(stats: Stats, config: PlanConfig, fraction: float, mem_fraction: floa
     budget = config.budget_bytes
     assert budget is not None
     if over_device_memory(stats, budget):  # a model larger than its device: the top fractions
-        why = (f"budget of {budget} bytes is more than {stats.device.name}'s "
-               f"{stats.device.memory_bytes} bytes of memory; sweep fractions up to "
-               f"{stats.device.memory_bytes / weight_bytes(stats):.3f}")  # fmt: skip
+        memory, weights = stats.device.memory_bytes, weight_bytes(stats)
+        fix = f"sweep fractions up to {memory / weights:.3f}" if weights else "record its memory"
+        why = (f"budget of {budget} bytes is more than {stats.device.name}'s {memory} bytes of "
+               f"memory; {fix}")  # fmt: skip
         return SweepPoint(fraction, budget, mem_fraction, None, None, None, None, None, why,
                           status=OVER_MEMORY)  # fmt: skip
     try:

@@ -26,13 +26,14 @@ MIN_PARALLEL_S = 2.0  # a batch expected to take less in one process stays there
 
 
 def parallel_jobs(jobs: int | None, calls: int, expected_s: float) -> int:
-    """Workers for `calls` calls expected to take `expected_s` in all: `jobs` when given (at most
-    one per call), else one per CPU when the batch is long enough to pay for starting them."""
+    """Workers for `calls` calls expected to take `expected_s` in all: `jobs` when given, else
+    one per CPU when the batch is long enough to pay for starting them; never more than one per
+    call or per CPU (the calls are CPU-bound: more would only share the CPUs)."""
     if calls <= 1:
         return 1
-    if jobs is not None:
-        return max(1, min(jobs, calls))
     cpus = os.cpu_count() or 1
+    if jobs is not None:
+        return max(1, min(jobs, calls, cpus))
     return min(cpus, calls) if expected_s >= MIN_PARALLEL_S else 1
 
 

@@ -78,8 +78,8 @@ def sweep(
         None,
         "--jobs",
         min=1,
-        help="Worker processes for the budgets (1: none; default: one per CPU when the first "
-        "budget's solve says the rest would take over 2 s).",
+        help="Worker processes for the budgets, at most one per CPU (1: none; default: one per "
+        "CPU when the first budget's solve says the rest would take over 2 s).",
     ),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:

@@ -50,6 +50,7 @@ def test_how_many_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert workers.parallel_jobs(None, 3, 10.0) == 3  # never more than the calls
     assert workers.parallel_jobs(None, 20, workers.MIN_PARALLEL_S / 2) == 1  # not worth it
     assert workers.parallel_jobs(4, 20, 0.0) == 4 and workers.parallel_jobs(4, 2, 0.0) == 2
+    assert workers.parallel_jobs(1000, 1000, 0.0) == 8  # never more than the CPUs
     assert workers.parallel_jobs(None, 1, 100.0) == 1
 
 

@@ -4,7 +4,8 @@ Owns: refusing, unread, an input that is not a regular file (`/dev/zero` would b
 memory runs out, a named pipe would block for ever) or is far larger than any stats file; and
 turning any unforeseen failure while decoding a stats file (a field of the wrong type the
 validator does not check yet) into one `StatsFormatError` line naming the file and the fix,
-instead of an internal error. Must not know: the stats format itself (`flextensor_compile.stats`).
+instead of an internal error; telling a compiled profile from a stats file by its first byte, for
+the commands that re-solve either (`read_measurements`). Must not know: the stats format itself (`flextensor_compile.stats`).
 """
 
 from __future__ import annotations

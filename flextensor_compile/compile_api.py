@@ -324,9 +324,21 @@ def summary_document(c: Compilation, profile: Profile, output: str | None) -> di
             "resident_bytes": p.resident_bytes,
             "streamed_bytes": p.streamed_bytes,
         },
-        "notes": list(c.notes),
+        "notes": [*c.notes, *_granularity_hint(c, profile)],
         "sections": _sections_summary(profile),
     }
+
+
+def _granularity_hint(c: Compilation, profile: Profile) -> list[str]:
+    """When module traps stall under a budget and hold several weights each: the option that
+    may plan faster (it measures the finer traps too, so it is not done unasked)."""
+    stall = profile.predicted.stall_ms
+    if (c.config.granularity != "modules" or profile.config.budget_bytes is None
+            or stall <= 0 or not _splittable(c.stats)):  # fmt: skip
+        return []
+    return [f"the plan stalls {stall:.3f} ms per iteration; --granularity auto also measures the "
+            "modules inside each trap that own its weights (finer traps stage less) and keeps "
+            "them if they plan faster"]  # fmt: skip
 
 
 def _sections_summary(profile: Profile) -> dict[str, Any]:

@@ -77,14 +77,14 @@ ASSIGNMENT_HELP = (
 
 def _render(doc: dict[str, Any], notes_to: Any) -> None:
     from flextensor_compile.cli.render import safe
-    from flextensor_compile.units import format_bytes
+    from flextensor_compile.units import count_of, format_bytes
 
     c, p = doc["profiling_cost"], doc["predicted"]
     dev = doc["device"]
     for line in doc["notes"]:
         notes_to.print(f"note: {safe(line)}", soft_wrap=True)
     notes_to.print(
-        f"profiling cost: {c['forwards']} forwards ({c['discovery_forwards']} discovery, "
+        f"profiling cost: {count_of(c['forwards'], 'forward')} ({c['discovery_forwards']} discovery, "
         f"{c['warmup_forwards']} warm-up, {c['profiling_forwards']} profiling), "
         f"{c['seconds']:.2f} s; timing: {safe(doc['timing_source'])}",
         soft_wrap=True,

@@ -187,6 +187,21 @@ def test_cli_granularity(tmp_path, capsys) -> None:
         OffloadConfig(granularity="layers")
 
 
+def test_a_stalling_module_plan_names_granularity_auto(tmp_path, capsys) -> None:
+    out, model = tmp_path / "p.msgpack", str(ROOT / "profiles/tiny_transformer.py")
+    notes = {}
+    for budget, granularity in (("3MiB", "modules"), ("6MiB", "modules"), ("3MiB", "leaves")):
+        code, stdout, err = _ftc(capsys, "profile", model, "--target", "rtx4090", "--budget",
+                                 budget, "--granularity", granularity, "-o", str(out), "--json")  # fmt: skip
+        assert code == 0, err
+        summary = json.loads(stdout)
+        hinted = any("--granularity auto" in n for n in summary["notes"])
+        notes[budget, granularity] = (hinted, summary["predicted"]["stall_ms"] > 0)
+    assert notes["3MiB", "modules"] == (True, True)  # stalls: the hint
+    assert notes["6MiB", "modules"] == (False, False)  # hides every copy: nothing to gain
+    assert notes["3MiB", "leaves"][0] is False  # already finer traps
+
+
 def test_auto_takes_leaves_where_only_they_fit() -> None:
     """Leaf traps stage less, so a budget between the two smallest feasible budgets fits only
     them; auto keeps them and says modules fit no plan."""

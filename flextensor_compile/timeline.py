@@ -86,7 +86,11 @@ def one_period(start: float, end: float, period: float) -> list[tuple[float, flo
     width = end - start
     if not period > 0 or width <= 0:
         return [(start, width)] if width > 0 else []
+    if width >= period:  # not in a steady state (copies fit in one period), but never outside
+        return [(0.0, period)]
     at = start % period
+    if at >= period:  # a start a hair below 0: float `%` rounds it up to the period
+        at = 0.0
     if at + width <= period:
         return [(at, width)]
     return [(at, period - at), (0.0, at + width - period)]

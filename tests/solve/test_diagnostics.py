@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flextensor_compile.explain import explain_profile, explanation_json
 from flextensor_compile.planning import plan_profile
@@ -179,3 +181,12 @@ def test_smallest_budget_near_the_fastest_plan() -> None:
     assert smallest_near_fastest(points, 0.05) == points[2]
     assert smallest_near_fastest(points, 0.5) == points[1]
     assert smallest_near_fastest(points[:1], 0.05) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(-1e3, 1e3, allow_nan=False), st.floats(0, 500, allow_nan=False),
+       st.floats(1e-3, 300, allow_nan=False))  # fmt: skip
+def test_one_period_keeps_a_copy_whole_and_inside_the_period(start, width, period) -> None:
+    pieces = one_period(start, start + width, period)
+    assert sum(w for _, w in pieces) == pytest.approx(min(width, period), abs=1e-6)
+    assert all(a >= 0 and a + w <= period * (1 + 1e-12) and w > 0 for a, w in pieces)

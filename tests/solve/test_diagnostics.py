@@ -190,3 +190,19 @@ def test_one_period_keeps_a_copy_whole_and_inside_the_period(start, width, perio
     pieces = one_period(start, start + width, period)
     assert sum(w for _, w in pieces) == pytest.approx(min(width, period), abs=1e-6)
     assert all(a >= 0 and a + w <= period * (1 + 1e-12) and w > 0 for a, w in pieces)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 10**6), st.none() | st.floats(0.1, 1e4)), min_size=1,
+                max_size=12), st.floats(0, 1))  # fmt: skip
+def test_smallest_near_fastest_is_the_smallest_budget_that_qualifies(raw, within) -> None:
+    points = tuple(SweepPoint(b / 1e6, b, b / 1e6, ms, 0.0, 0, 0, "x" if ms else None)
+                   for b, ms in raw)  # fmt: skip
+    got = smallest_near_fastest(points, within)
+    planned = [p for p in points if p.makespan_ms is not None]
+    if not planned:
+        assert got is None
+        return
+    limit = min(p.makespan_ms for p in planned) * (1 + within)
+    assert got is not None and got.makespan_ms <= limit
+    assert all(p.budget_bytes >= got.budget_bytes for p in planned if p.makespan_ms <= limit)

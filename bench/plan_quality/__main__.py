@@ -106,7 +106,7 @@ def _bound_itself(rows: list[dict]) -> str:
             f"above 1.03 x LB on {above} of {len(rows)}")  # fmt: skip
 
 
-def _summary(rows: list[dict]) -> list[str]:
+def _summary(rows: list[dict], reference_ms: float) -> list[str]:
     ratios = [r["ratio"] for r in rows]
     solves = [r["solve_ms"] for r in rows]
     lines = [f"ours: median makespan/LB {statistics.median(ratios):.3f}, worst {max(ratios):.3f}, "
@@ -115,8 +115,9 @@ def _summary(rows: list[dict]) -> list[str]:
     big = [r["solve_ms"] for r in rows if r["instance"] == "llama-70b-fp8-prefill2k"]
     if big:
         lines.append(f"80-layer x 24-tensor instance (82 traps): max solve {max(big):.1f} ms")
-    lines.append(f"CPU reference (the sum of 10,000 squares in Python, least of {REPEATS}): "
-                 f"{cpu_reference_ms():.3f} ms on this machine; solve times scale with it")  # fmt: skip
+    lines.append(f"CPU reference (the sum of 10,000 squares in Python, least of one run beside "
+                 f"each timed solve): "
+                 f"{reference_ms:.3f} ms on this machine; solve times scale with it")  # fmt: skip
     peer = [r for r in rows if r.get("ft_ratio")]
     if peer:
         ft = [r["ft_ratio"] for r in peer]
@@ -140,22 +141,30 @@ def cpu_reference_ms(repeats: int = REPEATS) -> float:
     return best
 
 
-def _solve_times(cases: list) -> list[float]:
-    """Per case the least CPU time of `REPEATS` solves, one per pass over all the cases: the
-    machine's other load only adds time, and a slow spell then spoils one pass, not every try."""
+def _solve_times(cases: list) -> tuple[list[float], float]:
+    """Per case the least CPU time of `REPEATS` solves, one per pass over all the cases (the
+    machine's other load only adds time, and a slow spell then spoils one pass, not every try),
+    and the least time of the CPU reference loop, run beside every case in those same passes
+    (on a machine whose speed drifts, a reference taken once would not match the solves)."""
     best = [float("inf")] * len(cases)
+    reference = float("inf")
     for _ in range(REPEATS):
         for k, case in enumerate(cases):
+            reference = min(reference, cpu_reference_ms(1))
             start = time.process_time()
             solve(case[4], "adaptive")
             best[k] = min(best[k], (time.process_time() - start) * 1e3)
-    return best
+    return best, reference
 
 
 def add_copy_model_options(ap: argparse.ArgumentParser) -> None:
     group = ap.add_mutually_exclusive_group()
-    group.add_argument("--copy-model", choices=COPY_MODELS, default="curve",
-                       help="how the devices time a copy (copy_models.COPY_MODELS)")
+    group.add_argument(
+        "--copy-model",
+        choices=COPY_MODELS,
+        default="curve",
+        help="how the devices time a copy (copy_models.COPY_MODELS)",
+    )
     group.add_argument("--copy-curve", metavar="FILE", help="time copies by a curve that "
                        "`python -m bench.gpu --curve-out FILE` measured on a GPU")  # fmt: skip
 
@@ -192,7 +201,7 @@ def main() -> None:
         answers = list(cached_peer(args.peer_python, docs, args.peer_cache))
     else:
         print("FlexTensor 0.5 not run: pass --peer-python (make bench-plan-quality does)")
-    solve_ms = _solve_times(cases)
+    solve_ms, reference_ms = _solve_times(cases)
     leaf_problems = auto.leaf_problems([(c[0], c[3], c[4]) for c in cases])
     leaf_plans, leaf_ms = auto.solve_leaves(leaf_problems, min(REPEATS, auto.LEAF_REPEATS))
     print(HEADER)
@@ -204,7 +213,8 @@ def main() -> None:
         leaves = (leaf_problems[k], leaf_plans[k])
         rows[-1] |= auto.auto_fields(rows[-1]["lb_ms"], (case[4], plan), leaves, (ms, leaf_ms[k]))
         print(_fmt(rows[-1]), flush=True)
-    for line in _summary(rows) + auto.summary(rows) + targets.target_lines(rows):
+    for line in (_summary(rows, reference_ms) + auto.summary(rows)
+                 + targets.target_lines(rows, reference_ms)):  # fmt: skip
         print(line)
     if args.json:
         with open(args.json, "w") as fh:

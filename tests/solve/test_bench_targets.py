@@ -30,3 +30,8 @@ def test_targets_missed() -> None:
     assert "never worse than FlexTensor: MISSED (worse on 1 of 1)" in lines[1]
     assert "worst 1.080 MISSED" in lines[2] and "140.0 ms MISSED" in lines[3]
     assert "FlexTensor not run" in target_lines([_row(1.0, 1.0)])[1]
+
+
+def test_solve_time_in_units_of_the_cpu_reference() -> None:
+    line = target_lines([_row(1.0, 1.0, solve_ms=50.0)], reference_ms=0.4)[-1]
+    assert "125 x the CPU reference loop" in line and "takes up to 0.80 ms" in line

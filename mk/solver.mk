@@ -21,3 +21,13 @@ bench-plan-quality: $(STAMP)
 	@if [ -f $(FT05_VENV)/.flextensor05-installed ]; then \
 		$(BIN)/python -m bench.plan_quality --peer-python $(FT05_VENV)/bin/python; \
 	else $(BIN)/python -m bench.plan_quality; fi
+
+# The suite with the copy curves a GPU measured (`make bench-gpu` saves them in out/,
+# `bench/gpu/check.sh LOGDIR` in LOGDIR): each copy alone, then 8 queued back to back.
+#   make bench-plan-quality-measured CURVES=gpu-logs
+CURVES ?= out
+.PHONY: bench-plan-quality-measured
+bench-plan-quality-measured: $(STAMP)
+	@test -f $(CURVES)/h2d_curve.json || { echo "no $(CURVES)/h2d_curve.json: run make bench-gpu on a GPU (or pass CURVES=LOGDIR of bench/gpu/check.sh)"; exit 1; }
+	$(BIN)/python -m bench.plan_quality --copy-curve $(CURVES)/h2d_curve.json
+	$(BIN)/python -m bench.plan_quality --copy-curve $(CURVES)/h2d_curve_queued.json

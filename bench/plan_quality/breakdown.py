@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import argparse
 
-from bench.plan_quality.__main__ import FRACTIONS, _cases, add_copy_model_options, copy_model
+from bench.plan_quality.__main__ import (
+    FRACTIONS,
+    _cases,
+    add_copy_model_options,
+    copy_model,
+    lower_bound_ms,
+)
 from bench.plan_quality.instances import INSTANCES
 from flextensor_compile.solve import solve, staging_bound
 
@@ -35,7 +41,7 @@ def main() -> None:
         plan = solve(p, "adaptive")
         budget = p.budget_bytes
         assert budget is not None
-        lb = max(p.compute_ms, p.bandwidth.copy_ms(max(0, weights - budget)))
+        lb = lower_bound_ms(p, weights)
         sim = plan.simulation
         bound = staging_bound(p)
         term = "overlap" if bound.overlap_ms >= bound.bound_ms else (

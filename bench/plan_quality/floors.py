@@ -25,7 +25,13 @@ import math
 from collections import Counter
 
 from bench.plan_quality import auto
-from bench.plan_quality.__main__ import FRACTIONS, _cases, add_copy_model_options, copy_model
+from bench.plan_quality.__main__ import (
+    FRACTIONS,
+    _cases,
+    add_copy_model_options,
+    copy_model,
+    lower_bound_ms,
+)
 from bench.plan_quality.instances import INSTANCES
 from flextensor_compile.solve import Problem, solve, staging_bound_ms
 
@@ -79,7 +85,7 @@ def main() -> None:
     for (name, link, frac, _stats, p, weights), leaf in zip(cases, leaves, strict=True):
         budget = p.budget_bytes
         assert budget is not None
-        lb = max(p.compute_ms, p.bandwidth.copy_ms(max(0, weights - budget)))
+        lb = lower_bound_ms(p, weights)
         two_ms, two_x = block_floor_ms(leaf, 2)
         one_ms, one_x = block_floor_ms(leaf, 1)
         plan = solve(leaf, "adaptive")

@@ -16,7 +16,7 @@ from bench.plan_quality import __main__ as bench
 from bench.plan_quality import auto
 from bench.plan_quality.instances import BANDWIDTHS, INSTANCES, device
 from bench.plan_quality.leaves import LEAF_INSTANCES, roofline_ratios
-from flextensor_compile.solve import problem_from_stats, solve
+from flextensor_compile.solve import BandwidthModel, problem_from_stats, solve, staging_bound_ms
 from flextensor_compile.solve.granularity import exposed_call_ms
 from flextensor_compile.stats import Stats, TensorStat
 from flextensor_runtime.profile import PlanConfig
@@ -124,3 +124,20 @@ def test_auto_is_never_worse_than_modules(fraction: float) -> None:
     kept = row["auto_ratio"] + row[call]  # the kept plan's makespan (LB passed as 1 ms)
     assert kept <= cost["modules"] + 1e-9 and kept == pytest.approx(min(cost.values()))
     assert row["leaf_peak_over_budget"] <= 1.0 and row["auto_solve_ms"] == 3.0
+
+
+def test_lb_is_a_lower_bound_also_when_a_smaller_copy_is_faster_per_byte() -> None:
+    case = next(bench._cases(["llama-8b-prefill2k"], (0.5,)))
+    problem, weights = case[4], case[5]
+    need = weights - problem.budget_bytes
+    # the suite's curve: larger copies are no slower per byte, so LB is the one copy's time
+    assert bench.lower_bound_ms(problem, weights) == pytest.approx(
+        max(problem.compute_ms, problem.bandwidth.copy_ms(need)), rel=1e-12
+    )
+    # a measured curve whose 4 MiB copies run twice the rate of the largest (cache effects)
+    fast_small = BandwidthModel.from_curve(((1 << 22, 50e9), (1 << 28, 25e9)), 25e9)
+    odd = replace(problem, bandwidth=fast_small)
+    lb = bench.lower_bound_ms(odd, weights)
+    assert lb < fast_small.copy_ms(need) * 0.6  # not the one big copy's time
+    assert lb == pytest.approx(max(odd.compute_ms, need * fast_small.copy_ms(1 << 22) / (1 << 22)))
+    assert lb <= staging_bound_ms(odd) * (1 + 1e-9)  # below the bound every plan respects

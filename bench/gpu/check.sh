@@ -12,8 +12,8 @@
 #   bench-gpu    python -m bench.gpu --no-curve (latency, overlap, peak memory) BENCH_S=150
 #   bench-kernels python -m bench.kernels                                       KERNELS_S=120
 # At most 570 s in all with the defaults. Exit status 1 if any step failed or ran out of time.
-# LOGDIR ends with 8 files (device.log, 4 step logs, the 2 curves, kernels.json): keep it at 8 or
-# fewer, as a remote runner may bring back no more.
+# LOGDIR ends with 8 small files (device.log, 4 step logs, the 2 curves, kernels.json), easy to
+# copy back whole from the GPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 logs=${1:-gpu-logs}

@@ -174,7 +174,8 @@ def smallest_near_fastest(points: tuple[SweepPoint, ...], within: float) -> Swee
 
 def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> Path:
     """Makespan, the staging bound and stall (upper panel) and streamed GiB (lower panel, same
-    budget axis: on one axis the two lines, both falling with the budget, hide each other)."""
+    budget axis: on one axis the two lines, both falling with the budget, hide each other), and
+    the smallest budget within 5% of the fastest plan marked in both."""
     plt = import_pyplot()
     ok = [p for p in points if p.makespan_ms is not None]
     fig, (ax, low) = plt.subplots(2, 1, figsize=(8, 5), sharex=True,
@@ -185,6 +186,13 @@ def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> 
     bounded = [p for p in ok if p.bound_ms is not None]
     ax.plot([p.budget_bytes / 2**30 for p in bounded], [p.bound_ms for p in bounded],
             linestyle=":", color="black", label="staging bound (ms)")  # fmt: skip
+    near = smallest_near_fastest(points, 0.05)
+    if near is not None and near.makespan_ms is not None:  # where to look when picking a budget
+        gib = near.budget_bytes / 2**30
+        for axis in (ax, low):
+            axis.axvline(gib, color="green", linestyle="--", linewidth=0.8)
+        ax.plot([gib], [near.makespan_ms], marker="*", markersize=12, color="green",
+                linestyle="none", label=f"within 5% of the fastest ({gib:.3g} GiB)")  # fmt: skip
     ax.set_ylabel("ms per iteration")
     ax.legend(loc="upper right")
     low.plot(xs, [(p.streamed_bytes or 0) / 2**30 for p in ok], color="gray", marker=".")

@@ -7,11 +7,15 @@ are searched (planning) or how profiles are encoded (the profile package).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
+
+if TYPE_CHECKING:
+    from flextensor_runtime.profile import Profile
 
 __all__ = ["register"]
 
@@ -40,11 +44,11 @@ def plan(
     """Solve a stats file (or a profile's measurements) into an offload profile (memory mode with
     a budget, else latency)."""
     from flextensor_compile.cli.inputs import read_measurements
-    from flextensor_compile.cli.render import out_console, print_json, safe
+    from flextensor_compile.cli.render import print_json
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_compile.planning import plan_profile
-    from flextensor_compile.units import count_of, format_bytes, parse_size
+    from flextensor_compile.units import parse_size
     from flextensor_runtime.profile import PlanConfig, save
 
     _check(stats, out, mem_fraction, budget, num_blocks, min_blocks)
@@ -60,6 +64,14 @@ def plan(
     if as_json:
         print_json(inspect_document(profile))
         return
+    _print_summary(profile, out)
+
+
+def _print_summary(profile: Profile, out: Path) -> None:
+    """One line: what was written and what it predicts."""
+    from flextensor_compile.cli.render import out_console, safe
+    from flextensor_compile.units import count_of, format_bytes
+
     p = profile.predicted
     limit = profile.config.budget_bytes
     out_console().print(

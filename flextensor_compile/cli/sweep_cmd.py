@@ -85,7 +85,7 @@ def sweep(
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from flextensor_compile.cli.paths import atomic_output
-    from flextensor_compile.cli.render import out_console, print_json, safe, sweep_table
+    from flextensor_compile.cli.render import print_json
     from flextensor_compile.sweep import plot_sweep
     from flextensor_compile.sweep import sweep as run_sweep
 
@@ -100,7 +100,14 @@ def sweep(
             plot_sweep(points, tmp)
     if as_json:
         print_json([asdict(p) for p in points])
-        return
+    else:
+        _print_points(points, plot)
+
+
+def _print_points(points: tuple[SweepPoint, ...], plot: Path | None) -> None:
+    """The table, where to look when picking a budget, and where the plot went."""
+    from flextensor_compile.cli.render import out_console, safe, sweep_table
+
     console = out_console()
     console.print(sweep_table(points))
     for line in _pick_lines(points):

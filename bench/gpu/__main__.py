@@ -17,7 +17,7 @@ import argparse
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,16 +103,16 @@ def _backend(s: Setup) -> DeviceBackend:
     return CudaBackend() if s.device == "cuda" else CpuBackend()
 
 
-def run(s: Setup) -> list[tuple[str, float, float, float]]:
-    """Rows: (variant, latency ms, overlap fraction, peak device MiB)."""
+def run(s: Setup) -> Iterator[tuple[str, float, float, float]]:
+    """Rows: (variant, latency ms, overlap fraction, peak device MiB), each yielded once
+    measured (so a later failure still leaves the earlier rows printed)."""
     x = torch.randn(s.tokens, s.dim, dtype=s.dtype, device=s.device)
-    rows = []
     _reset_peak(s)
     resident = _model(s).to(s.device)
     with torch.inference_mode():
         resident_ms = _time_ms(lambda m=resident: m(x), s)
         reference = resident(x)
-    rows.append(("resident", resident_ms, float("nan"), _peak_bytes(s) / 2**20))
+    yield "resident", resident_ms, float("nan"), _peak_bytes(s) / 2**20
     del resident
     for fraction in (0.3, 0.5, 0.7):
         _reset_peak(s)
@@ -126,21 +126,18 @@ def run(s: Setup) -> list[tuple[str, float, float, float]]:
         copy = _copy_ms(s, profile.predicted.streamed_bytes)
         hidden = resident_ms + copy - ms
         overlap = max(0.0, min(1.0, hidden / min(resident_ms, copy))) if copy else float("nan")
-        rows.append(
-            (
-                f"flextensor {int(fraction * 100)}% budget",
-                ms,
-                overlap,
-                _peak_bytes(s, backend) / 2**20,
-            )
-        )
+        peak = _peak_bytes(s, backend) / 2**20
         handle(model).remove()
         del model
+        yield f"flextensor {int(fraction * 100)}% budget", ms, overlap, peak
     try:
-        rows.append(_group_offload(s, x))
+        row = _group_offload(s, x)
     except ImportError as exc:  # diffusers is the peer, not a dependency of the bench
         print(f"diffusers group offload skipped: {exc}")
-    return rows
+    except Exception as exc:  # the peer failing must not hide our rows above
+        print(f"diffusers group offload failed: {type(exc).__name__}: {exc}")
+    else:
+        yield row
 
 
 def _group_offload(s: Setup, x: torch.Tensor) -> tuple[str, float, float, float]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from diffusers.models.normalization import AdaLayerNormZero
 from hypothesis import given, settings
 
 from flextensor_runtime.errors import ConfigError
@@ -81,8 +80,10 @@ def test_other_ranks_follow_broadcasting(shape: tuple[int, ...], kernel_device) 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_matches_diffusers_ada_layer_norm_zero(backend: str, kernel_device) -> None:
+    # imported here so the other kernel tests still run where diffusers is absent
+    normalization = pytest.importorskip("diffusers.models.normalization")
     torch.manual_seed(0)
-    norm = AdaLayerNormZero(embedding_dim=32)
+    norm = normalization.AdaLayerNormZero(embedding_dim=32)
     x, emb = torch.randn(2, 6, 32), torch.randn(2, 32)
     with torch.no_grad():
         expected, *_ = norm(x, emb=emb)

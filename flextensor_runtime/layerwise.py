@@ -177,6 +177,7 @@ def _move_resident(model: nn.Module, layers: list[nn.Module], device: torch.devi
                 for n, p in managed_parameters(layer).items() if p.device.type != "cpu"}  # fmt: skip
         replace_parameters(layer, away)
     layer_modules = {id(m) for layer in layers for m in layer.modules()}
+    moved: dict[int, nn.Parameter] = {}  # one device copy per parameter, so ties stay ties
     for module in model.modules():
         for key, buf in module._buffers.items():
             if buf is not None:
@@ -185,9 +186,11 @@ def _move_resident(model: nn.Module, layers: list[nn.Module], device: torch.devi
             continue
         for key, param in module._parameters.items():
             if param is not None and param.device != device:
-                module._parameters[key] = nn.Parameter(
-                    param.detach().to(device), requires_grad=param.requires_grad
-                )
+                if id(param) not in moved:
+                    moved[id(param)] = nn.Parameter(
+                        param.detach().to(device), requires_grad=param.requires_grad
+                    )
+                module._parameters[key] = moved[id(param)]
 
 
 def _check_unshared(layers: list[nn.Module]) -> None:

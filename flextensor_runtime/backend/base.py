@@ -35,7 +35,8 @@ class DeviceBackend(ABC):
     # --- memory -------------------------------------------------------------------------
     @abstractmethod
     def free_bytes(self) -> int:
-        """Device memory free right now, in bytes."""
+        """Device memory this backend can allocate right now, in bytes (on CUDA: free in the
+        driver plus what the caching allocator holds unused)."""
 
     @abstractmethod
     def holds(self, tensor: torch.Tensor) -> bool:

@@ -36,11 +36,23 @@ class CudaBackend(DeviceBackend):
         self.copy_stream = torch.cuda.Stream(device=self.device)
 
     def free_bytes(self) -> int:
+        # the driver's free bytes miss what PyTorch's caching allocator holds unused (a model
+        # just moved off the device leaves it there); our buffers come from that cache first
         free, _total = torch.cuda.mem_get_info(self.device)
-        return int(free)
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return int(free) + max(0, int(cached))
 
     def holds(self, tensor: torch.Tensor) -> bool:
         return tensor.device == self.device
+
+    def alloc_device(self, nbytes: int) -> torch.Tensor:
+        buf = super().alloc_device(nbytes)  # allocated on the compute stream
+        # the copy stream writes it: that stream first waits for the compute work queued so far
+        # (the memory's previous owner may still be in use there), and freeing the block
+        # (remove, a failed install) waits for the copies queued into it
+        self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
+        buf.record_stream(self.copy_stream)
+        return buf
 
     def empty_for_copy(
         self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype

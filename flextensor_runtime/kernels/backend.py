@@ -106,7 +106,10 @@ def resolve_backend(op: str, backend: str | None, *tensors: torch.Tensor) -> Bac
     check_one_device(op, *tensors)
     if backend is None:
         usable = (
-            _one_device_type(tensors) == "cuda" and not _needs_grad(tensors) and triton_installed()
+            _one_device_type(tensors) == "cuda"
+            and not _unsupported_dtypes(tensors)
+            and not _needs_grad(tensors)
+            and triton_installed()
         )
         return "triton" if usable else "torch"
     if backend not in _BACKENDS:

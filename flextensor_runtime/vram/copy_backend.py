@@ -106,6 +106,8 @@ class CudaCopyBackend:
 
     def __init__(self, device: str | torch.device) -> None:
         self.device = torch.device(device)
+        if self.device.index is None:  # tensors say cuda:N; a bare "cuda" would never match
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self._stream = torch.cuda.Stream(device=self.device)
 
     def pin(self, tensor: torch.Tensor) -> torch.Tensor:

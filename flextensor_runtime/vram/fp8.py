@@ -116,8 +116,14 @@ def fp8_matmul(
         wq, scale_b = quantize_rowwise(weight, dtype)
     if _use_scaled_mm(backend, x, weight, dtype):
         mm_dtype = scaled_mm_out_dtype(x.device, dtype) or torch.float32
+        # the GEMM takes mat1 row-major and mat2 column-major: a strided activation or weight
+        # (quantising keeps the input's strides) is laid out so first
         out = torch._scaled_mm(
-            xq, wq.t(), scale_a=scale_a, scale_b=scale_b.t(), out_dtype=mm_dtype
+            xq.contiguous(),
+            wq.contiguous().t(),
+            scale_a=scale_a,
+            scale_b=scale_b.t(),
+            out_dtype=mm_dtype,
         ).float()  # [M, N]
     else:
         out = (xq.float() * scale_a) @ (wq.float() * scale_b).t()  # [M, N]

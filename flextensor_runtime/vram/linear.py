@@ -88,7 +88,7 @@ class AutoWrappedLinear(AutoTorchModule):
         `assign=False` returns the tensors without mutating this module, so a temporary compute
         copy leaves the stored weights on meta.
         """
-        target = Placement(torch_dtype, str(torch.device(device)))
+        target = Placement.on(torch_dtype, device)
         tensors = self._load_disk(target)
         if assign:
             replace_parameters(self, tensors, recurse=False)

@@ -117,7 +117,7 @@ class AutoWrappedModule(AutoTorchModule):
         Non-persistent buffers cannot be rebuilt from a state dict and are never replaced.
         `copy_module=True` returns a clone so the stored module stays on meta.
         """
-        target = Placement(torch_dtype, str(torch.device(device)))
+        target = Placement.on(torch_dtype, device)
         tensors = self._load_disk(target)
         if copy_module:
             return self._clone_with(tensors)

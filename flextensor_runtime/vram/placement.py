@@ -49,6 +49,14 @@ class Placement:
         assert not self.on_disk, "the disk tier has no torch device"
         return torch.device(self.device)
 
+    @classmethod
+    def on(cls, dtype: torch.dtype | None, device: DeviceLike) -> Placement:
+        """`dtype` on `device`, named as the stage placements name it (a bare "cuda" as the
+        current device, "cuda:N", as tensors report it), so the two compare equal."""
+        name = _device_name(device)
+        assert name is not None  # DeviceLike is never None
+        return cls(dtype, name)
+
 
 @dataclass(frozen=True)
 class StagePlacements:

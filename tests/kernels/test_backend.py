@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from flextensor_runtime.errors import BackendUnavailableError, ConfigError
+from flextensor_runtime.kernels import backend as backend_module
 from flextensor_runtime.kernels import layer_norm_scale_shift, residual_gate_add, routed_swiglu_moe
 from flextensor_runtime.kernels.backend import resolve_allow_triton, resolve_backend
 from tests.kernels.moe_problems import build_case
@@ -99,6 +100,16 @@ def test_float64_stays_on_the_reference(kernel_device: torch.device) -> None:
     assert resolve_backend("op", None, x) == "torch"
     with pytest.raises(BackendUnavailableError, match=r"support float32, bfloat16 and float16"):
         residual_gate_add(x, x, x, backend="triton")
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [(torch.float64, "torch"),
+                                                (torch.float32, "triton")])  # fmt: skip
+def test_auto_choice_on_cuda_follows_the_dtype(monkeypatch, dtype, expected) -> None:
+    # the automatic choice as it runs on a GPU (device type and triton faked): a dtype the
+    # kernels do not support keeps the reference instead of computing in float32
+    monkeypatch.setattr(backend_module, "_one_device_type", lambda tensors: "cuda")
+    monkeypatch.setattr(backend_module, "triton_installed", lambda: True)
+    assert resolve_backend("op", None, torch.zeros(2, dtype=dtype)) == expected
 
 
 def test_inputs_on_different_devices_are_a_config_error() -> None:

@@ -26,7 +26,9 @@ def test_rows_at_real_widths(d: int, dtype: torch.dtype) -> None:
     ref = layer_norm_scale_shift(x, scale, shift, upcast=True, backend="torch")
     torch.testing.assert_close(out, ref, **ROW_TOLERANCE[dtype])
     gated = residual_gate_add(x, x, scale)
-    torch.testing.assert_close(gated, x + x * scale[:, None], **ROW_TOLERANCE[dtype])
+    # the kernel computes in float32 and rounds once; x + x * scale in bfloat16 rounds twice
+    once = (x.float() + x.float() * scale.float()[:, None]).to(dtype)
+    torch.testing.assert_close(gated, once, **ROW_TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("tokens", [3, 300, 2000])  # block_m 16, 32 and 64

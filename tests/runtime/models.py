@@ -71,5 +71,16 @@ def tiny_lm(seed: int = 0) -> TinyLM:
     return TinyLM().eval()
 
 
+def on_cuda(model: nn.Module) -> nn.Module:
+    """`model` on the GPU, inner tensor fields too: `Module.cuda()` keeps each Parameter object
+    (it swaps the data), so a field such as `weight.scale` would stay on the host."""
+    model.cuda()
+    for param in model.parameters():
+        for name, value in vars(param).items():
+            if isinstance(value, torch.Tensor):
+                setattr(param, name, value.cuda())
+    return model
+
+
 def block_names(model: TinyLM) -> list[str]:
     return ["embed", *(f"blocks.{i}" for i in range(len(model.blocks))), "norm", "head"]

@@ -150,7 +150,7 @@ def build_profile(
     calls: dict[str, int] | None = None,
     manual: dict[str, Sequence[str]] | None = None,
     stream_shared: bool = False,
-    align: int = 64,
+    align: int = 256,  # as the compiler lays blocks out (cuBLAS picks kernels by alignment)
 ) -> Profile:
     names, kinds, prefixes = _trap_list(traps, gaps_after, manual or {})
     n = len(names)

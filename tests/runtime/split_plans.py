@@ -1,6 +1,6 @@
 """Test-only profiles with several transfers per trap and on-entry copies, for `TinyLM`.
 
-`split_profile` places the tensors named by each `Copy` consecutively (64-byte aligned) from the
+`split_profile` places the tensors named by each `Copy` consecutively (256-byte aligned) from the
 copy's offset in its block; every other tensor is resident. Blocks are sized to their furthest
 byte. Three layouts: `two_blocks` (each streamed trap split over two blocks), `on_entry` (a
 trap's second copy goes, at its own entry, into bytes the trap before it just released), and
@@ -30,7 +30,7 @@ from flextensor_runtime.profile import (
     fingerprint,
 )
 
-ALIGN = 64
+ALIGN = 256  # as the compiler lays blocks out (cuBLAS picks kernels by pointer alignment)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 from flextensor_runtime.backend import CudaBackend
 from flextensor_runtime.deploy import handle, offload_from_profile
 from tests.runtime.conftest import assert_same, snapshot
-from tests.runtime.models import block_names, tiny_lm
+from tests.runtime.models import block_names, on_cuda, tiny_lm
 from tests.runtime.plans import build_profile, record_order
 
 pytestmark = pytest.mark.cuda
@@ -21,7 +21,7 @@ def test_tiny_lm_on_cuda(mode: str) -> None:
     ids = torch.randint(0, 64, (2, 8))
     order, _ = record_order(model, block_names(model), ids)
     profile = build_profile(model, order, num_blocks=2, prefetch=2, mode=mode)
-    plain_model = tiny_lm().cuda()
+    plain_model = on_cuda(tiny_lm())
     with torch.no_grad():
         plain = plain_model(ids.cuda())
     before = snapshot(model)
@@ -74,7 +74,7 @@ def test_split_transfers_on_cuda(layout: str, mode: str) -> None:
 
     model, profile = _profile(layout, mode)
     ids = torch.randint(0, 64, (2, 8))
-    plain_model = tiny_lm().cuda()
+    plain_model = on_cuda(tiny_lm())
     with torch.no_grad():
         plain = plain_model(ids.cuda())
     offload_from_profile(model, profile, backend=CudaBackend())

@@ -256,3 +256,28 @@ def test_mutation_scope_on_a_non_module_is_a_config_error() -> None:
     scope = layerwise_offload_mutation_scope(None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="got NoneType; pass the model or layer you edit"):
         scope.__enter__()
+
+
+def test_resident_ties_stay_ties_and_device_parameters_stay_put() -> None:
+    # what enable_layerwise_* does outside the layer stack, to a device ("meta": no GPU here):
+    # a tied embedding / head moves once (one device copy, still tied) and a parameter
+    # already on the device keeps its object
+    from flextensor_runtime.layerwise import _move_resident
+
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(10, 16)
+            self.layers = nn.ModuleList(Block(16) for _ in range(2))
+            self.head = nn.Linear(16, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+    model = Tied()
+    meta = torch.device("meta")
+    _move_resident(model, list(model.layers), meta)
+    assert model.head.weight is model.embed.weight
+    assert model.embed.weight.device == meta
+    assert all(p.device.type == "cpu" for p in model.layers.parameters())
+    kept = model.embed.weight
+    _move_resident(model, list(model.layers), meta)
+    assert model.embed.weight is kept

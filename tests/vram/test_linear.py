@@ -10,7 +10,7 @@ from torch import nn
 
 from flextensor_runtime import AutoWrappedLinear, ConfigError, DiskMap
 from flextensor_runtime.errors import VramManagementError
-from flextensor_runtime.vram.fp8 import quantize_rowwise, scaled_mm_supported
+from flextensor_runtime.vram.fp8 import fp8_matmul, quantize_rowwise, scaled_mm_supported
 from flextensor_runtime.vram.placement import GIB
 
 CPU32 = dict(computation_dtype=torch.float32, computation_device="cpu")
@@ -176,6 +176,20 @@ def test_fp8_scaled_mm_and_dequantize_agree(linear) -> None:
         )  # fmt: skip
         outs.append(wrapped(x))
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_fp8_scaled_mm_takes_strided_operands(device: str) -> None:
+    # CUDA's FP8 GEMM needs a row-major activation and a column-major weight operand; a
+    # transposed activation or weight must still run (and agree with the dequantise path)
+    if not scaled_mm_supported(torch.device(device), torch.float8_e4m3fn):
+        pytest.skip(f"no _scaled_mm on this {device}")
+    torch.manual_seed(4)
+    x = torch.randn(32, 16, device=device).t()  # [16, 32], column-major
+    for weight in (torch.randn(32, 32, device=device), torch.randn(32, 32, device=device).t()):
+        got = fp8_matmul(x, weight, None, torch.float8_e4m3fn, "scaled_mm")
+        want = fp8_matmul(x, weight, None, torch.float8_e4m3fn, "dequantize")
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
 
 
 def test_invalid_fp8_backend(linear) -> None:

@@ -17,7 +17,14 @@ from torch import nn
 
 from flextensor_runtime.profile import TensorEntry
 
-__all__ = ["TensorDiff", "diff_tensors", "dtype_name", "iter_model_tensors", "model_tensor_entries"]
+__all__ = [
+    "TensorDiff",
+    "diff_tensors",
+    "dtype_name",
+    "inner_fields",
+    "iter_model_tensors",
+    "model_tensor_entries",
+]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -34,7 +41,9 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int,
     return (ptr, int(t.storage_offset()), tuple(t.shape), tuple(t.stride()))
 
 
-def _inner_fields(param: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+def inner_fields(param: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+    """(attribute, tensor) for each public tensor attribute a parameter carries (an FP8
+    `weight.scale`), by name; `Module.to()` and `.cuda()` leave these where they are."""
     attrs = getattr(param, "__dict__", {})
     for attr in sorted(attrs):
         value = attrs[attr]
@@ -47,7 +56,7 @@ def iter_model_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor, st
     aliases included (in registration order)."""
     for name, param in model.named_parameters(remove_duplicate=False):
         yield name, param, "parameter"
-        for attr, inner in _inner_fields(param):
+        for attr, inner in inner_fields(param):
             yield f"{name}.{attr}", inner, "inner"
     for name, buf in model.named_buffers(remove_duplicate=False):
         yield name, buf, "buffer"

@@ -4,8 +4,9 @@ Owns: installing (and removing) forward pre/post hooks on the root model and the
 the stack of active traps (a trap entered while another is active is *nested* and reported as
 such, not as a top-level trap), iteration boundaries (one root forward = one iteration), manual
 `offload_block` regions through `discover.manual`, and the event list:
-`Event(kind, name, value)` with kind in begin | end | enter | exit | nested | op, and `value`
-sampled by the caller's clock (time, FLOPs, or nothing).
+`Event(kind, name, value)` with kind in begin | end | enter | exit | nested | op (and pause |
+resume around the caller's on_enter / on_exit callbacks), and `value` sampled by the caller's
+clock (time, FLOPs, or nothing).
 Must not know: what the values mean, which tensors a trap owns, the profile.
 """
 
@@ -66,7 +67,7 @@ class TrapHooks:
             self.events.append(Event("nested", name))
             return
         if self.on_enter is not None:
-            self.on_enter(name)
+            self._paused(self.on_enter, name)
         self.stack.append(name)
         self.events.append(Event("enter", name, self.sample()))
 
@@ -78,7 +79,13 @@ class TrapHooks:
             self.last_exit = name
             self.events.append(Event("exit", name, self.sample()))
             if self.on_exit is not None:
-                self.on_exit(name)
+                self._paused(self.on_exit, name)
+
+    def _paused(self, callback: Callable[[str], None], name: str) -> None:
+        """Run a callback between pause and resume marks (its time is no slot's)."""
+        self.events.append(Event("pause", name, self.sample()))
+        callback(name)
+        self.events.append(Event("resume", name, self.sample()))
 
     def begin(self) -> None:
         """Mark an iteration start (called by hooks, or by the driver when there is no root)."""

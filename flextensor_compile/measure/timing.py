@@ -4,8 +4,9 @@ Owns: running the workload `warmup + iters` times under the trap hooks with a cl
 on a GPU, perf_counter on CPU), turning the marks into per-slot milliseconds with the discovery's
 slot rules, and taking the median per slot. On a GPU, a model that does not fit is measured trap
 by trap: everything outside the module traps is placed on the device, and each trap's module is
-copied in before its entry mark and back out after its exit mark. The model is left on the
-device it came on.
+copied in before its entry mark and its host originals put back after its exit mark, the time
+of both cut out of the time line. Every tensor is put back as it came (device, storage, inner
+fields) when timing ends.
 Must not know: which tensors stream, the solver, the CLI.
 """
 
@@ -22,14 +23,16 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from flextensor_compile.discover import Discovery
-from flextensor_compile.discover.hooks import TrapHooks
+from flextensor_compile.discover.hooks import Event, TrapHooks
 from flextensor_compile.discover.slots import attribute, drop_traps
 from flextensor_compile.measure.clock import clock_for
+from flextensor_compile.measure.residence import Residence, bytes_to_move
 from flextensor_compile.model_file import Inputs, call_run, normalize_inputs
 
 __all__ = ["Timing", "measure_compute", "place_for_timing", "streamable_traps"]
 
 _FIT_SHARE = 0.8  # measure with the whole model on the GPU when it takes at most this share
+_TIMED = ("begin", "end", "enter", "exit", "pause", "resume")  # events that carry a clock value
 
 
 @dataclass(frozen=True)
@@ -42,29 +45,36 @@ class Timing:
     streamed: bool  # measured trap by trap (the model did not fit on the device)
 
 
-def _move_except(module: nn.Module, path: str, skip: set[str], device: torch.device) -> None:
+def _move_except(residence: Residence, module: nn.Module, path: str, skip: set[str]) -> None:
     for name, child in module.named_children():
         child_path = f"{path}.{name}" if path else name
         if child_path not in skip:
-            _move_except(child, child_path, skip, device)
-    module._apply(lambda t: t.to(device), recurse=False)
+            _move_except(residence, child, child_path, skip)
+    residence.move(module, recurse=False)
+
+
+def _cached_free_bytes(device: torch.device) -> int:
+    """Free device memory: the driver's plus what PyTorch's caching allocator holds unused."""
+    free = torch.cuda.mem_get_info(device)[0]
+    return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
 def place_for_timing(
     model: nn.Module, discovery: Discovery, device: torch.device, fit_bytes: int | None = None
-) -> bool:
-    """Put the model on `device` for timing; returns True when traps must stream in one by one
-    (the weights exceed `fit_bytes`, by default 80% of the device's free memory)."""
+) -> tuple[Residence, bool]:
+    """Put the model on `device` for timing (the returned residence puts every tensor back);
+    the flag says traps must stream in one by one (the bytes still to move, ties once, exceed
+    `fit_bytes`, by default 80% of the device's free memory, the allocator's cache included)."""
+    residence = Residence(device)
     if device.type != "cuda":
-        return False
-    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        return residence, False
     if fit_bytes is None:
-        fit_bytes = int(_FIT_SHARE * torch.cuda.mem_get_info(device)[0])
-    if weight_bytes <= fit_bytes:
-        model.to(device)
-        return False
-    _move_except(model, "", set(streamable_traps(discovery)), device)
-    return True
+        fit_bytes = int(_FIT_SHARE * _cached_free_bytes(device))
+    if bytes_to_move(model, device) <= fit_bytes:
+        residence.move(model)
+        return residence, False
+    _move_except(residence, model, "", set(streamable_traps(discovery)))
+    return residence, True
 
 
 def streamable_traps(discovery: Discovery) -> tuple[str, ...]:
@@ -83,22 +93,23 @@ def streamable_traps(discovery: Discovery) -> tuple[str, ...]:
 
 def _one_iteration(
     model: nn.Module, inputs: Inputs, run: Callable[..., Any] | None, discovery: Discovery,
-    device: torch.device, streamed: bool, source: str,
+    device: torch.device, streamed: Residence | None, source: str,
 ) -> dict[str, float]:  # fmt: skip
     clock = clock_for(device)
     modules = dict(model.named_modules())
     traps = {t: modules[t] for t in discovery.plan.traps if discovery.plan.kinds[t] == "module"}
     on_enter = on_exit = None
-    if streamed:
+    if streamed is not None:
         moving = set(streamable_traps(discovery))
+        residence = streamed
 
         def on_enter(name: str) -> None:
             if name in moving:
-                traps[name].to(device)
+                residence.move(traps[name])
 
         def on_exit(name: str) -> None:
             if name in moving:
-                traps[name].to("cpu")
+                residence.restore(traps[name])
 
     hooks = TrapHooks(None if discovery.whole_run else model, traps, clock.mark, on_enter, on_exit)
     with torch.no_grad(), hooks.installed():
@@ -111,11 +122,27 @@ def _one_iteration(
         e.name for e in hooks.events if e.kind == "enter" and e.name not in discovery.plan.kinds
     }
     events = drop_traps(hooks.events, unknown)  # e.g. a manual region discovery found nested
-    timed = [i for i, e in enumerate(events) if e.kind in ("begin", "end", "enter", "exit")]
+    timed = [i for i, e in enumerate(events) if e.kind in _TIMED]
     ms = clock.to_ms([events[i].value for i in timed])
     for i, value in zip(timed, ms, strict=True):
         events[i] = replace(events[i], value=value)
-    return attribute([e for e in events if e.kind != "op"], discovery.plan)
+    return attribute(_without_pauses([e for e in events if e.kind != "op"]), discovery.plan)
+
+
+def _without_pauses(events: list[Event]) -> list[Event]:
+    """The events with each pause..resume stretch (a trap's weights copied in or put back while
+    timing trap by trap) cut out of the time line, so no slot is charged for it."""
+    out: list[Event] = []
+    paused_ms = 0.0
+    pause_at = 0.0
+    for e in events:
+        if e.kind == "pause":
+            pause_at = float(e.value)
+        elif e.kind == "resume":
+            paused_ms += float(e.value) - pause_at
+        else:
+            out.append(replace(e, value=float(e.value) - paused_ms) if e.kind in _TIMED else e)
+    return out
 
 
 def measure_compute(
@@ -133,22 +160,21 @@ def measure_compute(
 ) -> Timing:
     """Run `warmup + iters` iterations and return the median per-slot time of the last `iters`."""
     started = time.perf_counter()
-    home = next((t.device for t in model.parameters()), torch.device("cpu"))
-    streamed = place_for_timing(model, discovery, device, fit_bytes)
+    residence, streamed = place_for_timing(model, discovery, device, fit_bytes)
     if device.type != "cpu":
         raw = tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs.raw)
         inputs = normalize_inputs(raw)
     samples: list[dict[str, float]] = []
     try:
         for i in range(warmup + iters):
-            per_slot = _one_iteration(model, inputs, run, discovery, device, streamed, source)
+            per_slot = _one_iteration(model, inputs, run, discovery, device,
+                                      residence if streamed else None, source)  # fmt: skip
             if i >= warmup:
                 samples.append(per_slot)
             if on_iteration is not None:
                 on_iteration()
     finally:
-        if device != home:
-            model.to(home)
+        residence.restore()  # every tensor back where it was, pinned or mapped storage kept
     compute_ms = {
         slot: float(statistics.median(s[slot] for s in samples)) for slot in discovery.plan.order
     }

@@ -140,3 +140,54 @@ def test_roofline_gap_counts_the_untrapped_weights_it_reads():
     assert disc.weight_bytes(tail) >= head_bytes
     target = get_target("l4")
     assert roofline_ms(disc, target)[tail] >= head_bytes / target.hbm_bytes_per_s * 1e3
+
+
+def test_residence_moves_once_and_puts_the_originals_back():
+    # timing's placement, here converting to float64 where a GPU would copy to the device:
+    # parameters keep their objects (and storage), inner fields (weight.scale) and buffers move too, a tie
+    # moves once, and restoring one module or all puts back the very tensors that were there
+    from flextensor_compile.measure.residence import Residence, bytes_to_move
+
+    class ToDouble(Residence):
+        def placed(self, tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.double()
+
+    model = models.Stack(tie=True)
+    fc1 = model.layers[0].fc1
+    fc1.weight.scale = torch.full((1,), 0.5)
+    model.register_buffer("gain", torch.ones(3))
+    params = {n: (p, p.data_ptr()) for n, p in model.named_parameters()}
+    scale, gain = fc1.weight.scale, model.gain
+    tensors = (*model.parameters(), *model.buffers(), scale)  # each distinct tensor once
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    assert bytes_to_move(model, torch.device("meta")) == total
+    assert bytes_to_move(model, torch.device("cpu")) == 0
+    residence = ToDouble(torch.device("cpu"))
+    residence.move(model.layers[0])
+    assert (
+        fc1.weight.dtype == fc1.weight.scale.dtype == model.layers[0].scale.dtype == torch.float64
+    )
+    assert model.layers[1].fc1.weight.dtype == torch.float32
+    residence.restore(model.layers[0])
+    assert fc1.weight.data_ptr() == params["layers.0.fc1.weight"][1] and fc1.weight.scale is scale
+    assert model.layers[0].scale.dtype == torch.float32
+    residence.move(model)
+    assert model.head.weight is model.embed.weight and model.embed.weight.dtype == torch.float64
+    residence.restore()
+    for name, p in model.named_parameters():
+        assert p is params[name][0] and p.data_ptr() == params[name][1], name
+    assert fc1.weight.scale is scale and model.gain is gain
+
+
+def test_copy_stretches_are_cut_from_the_time_line():
+    # trap-by-trap timing copies a trap in before its entry mark and puts it back after its
+    # exit mark, between pause and resume marks: no slot (gap or trap) is charged for those
+    from flextensor_compile.measure.timing import _without_pauses
+
+    events = [_ev("begin", value=0), _ev("op"), _ev("pause", "A", 1), _ev("resume", "A", 4),
+              _ev("enter", "A", 4), _ev("exit", "A", 6), _ev("pause", "A", 6),
+              _ev("resume", "A", 9), _ev("op"), _ev("end", value=10)]  # fmt: skip
+    kept = _without_pauses(events)
+    assert [e.kind for e in kept] == ["begin", "op", "enter", "exit", "op", "end"]
+    plan = plan_slots(kept, manual=set())
+    assert attribute(kept, plan) == {"gap:start": 1, "A": 2, "gap:after:A": 1}

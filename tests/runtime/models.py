@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flextensor_runtime.model_tensors import inner_fields
+
 
 class ScaledLinear(nn.Linear):
     """A linear whose weight carries an inner tensor field `weight.scale` (FP8-style)."""
@@ -76,9 +78,8 @@ def on_cuda(model: nn.Module) -> nn.Module:
     (it swaps the data), so a field such as `weight.scale` would stay on the host."""
     model.cuda()
     for param in model.parameters():
-        for name, value in vars(param).items():
-            if isinstance(value, torch.Tensor):
-                setattr(param, name, value.cuda())
+        for name, value in inner_fields(param):
+            setattr(param, name, value.cuda())
     return model
 
 

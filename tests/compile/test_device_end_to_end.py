@@ -1,0 +1,69 @@
+"""`compile_profile` then `offload_from_profile` on one device, CPU and (on a GPU machine) CUDA:
+the model comes back from profiling as it was, inner tensor fields included, and the deployed
+model's outputs equal the plain model's on that device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flextensor_compile.compile_api import compile_profile
+from flextensor_compile.config import OffloadConfig
+from flextensor_runtime.deploy import handle, offload_from_profile
+from flextensor_runtime.model_tensors import iter_model_tensors
+from flextensor_runtime.profile import load, save
+from tests.runtime.models import on_cuda, tiny_lm
+
+
+def _snapshot(model: torch.nn.Module) -> dict[str, tuple[torch.device, torch.Tensor]]:
+    return {n: (t.device, t.detach().clone()) for n, t, _ in iter_model_tensors(model)}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_profile_then_deploy_on_one_device(tmp_path, device: str) -> None:
+    model = tiny_lm()  # a tied head and FP8-style weight.scale fields
+    ids = torch.randint(0, 64, (2, 8))
+    before = _snapshot(model)
+    plain = on_cuda(tiny_lm()) if device == "cuda" else tiny_lm()  # same seed, same weights
+    with torch.no_grad():
+        want = plain(ids.to(device))
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    cfg = OffloadConfig(budget_bytes=weights * 3 // 4, device=device, profiling_iters=2)
+    profile = compile_profile(model, (ids,), cfg)
+    for name, t, _ in iter_model_tensors(model):  # back as it was, inner fields included
+        where, value = before[name]
+        assert t.device == where and torch.equal(t, value), name
+    assert profile.device.kind == ("cuda" if device == "cuda" else "emulated")
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        assert (profile.device.name, profile.device.memory_bytes) == (
+            props.name,
+            props.total_memory,
+        )
+        assert 1e9 < profile.device.h2d_bytes_per_s < 1e12
+    assert all(t.compute_ms > 0 for t in profile.traps if t.kind == "module")
+    assert profile.predicted.streamed_bytes > 0
+    save(profile, tmp_path / "p.msgpack")
+    offload_from_profile(model, load(tmp_path / "p.msgpack"), device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(ids.to(device)), want)
+    handle(model).remove()
+
+
+@pytest.mark.cuda
+def test_a_model_on_the_gpu_stays_there_when_timed_trap_by_trap() -> None:
+    from flextensor_compile.discover import discover
+    from flextensor_compile.measure import measure_compute
+    from flextensor_compile.model_file import normalize_inputs
+
+    model = on_cuda(tiny_lm())
+    inputs = normalize_inputs((torch.randint(0, 64, (2, 8), device="cuda"),))
+    disc = discover(model, inputs)
+    before = _snapshot(model)
+    for fit_bytes in (None, -1):  # already there, nothing to move; trap by trap all the same
+        timing = measure_compute(model, inputs, None, disc, iters=2, warmup=1,
+                                 device=torch.device("cuda"), fit_bytes=fit_bytes)  # fmt: skip
+        assert all(timing.compute_ms[t] > 0 for t in disc.plan.traps)
+        for name, t, _ in iter_model_tensors(model):
+            assert t.device == before[name][0] and torch.equal(t, before[name][1]), name

@@ -185,8 +185,10 @@ def select_token_indices(
                 f"random_seed={random_seed!r} is invalid; pass an int that fits in 64 bits"
             )
         generator = torch.Generator().manual_seed(random_seed)
-        chosen = torch.randperm(length, generator=generator)[:k]
-        return chosen.sort().values.to(device)
+        chosen = torch.randperm(length, generator=generator)[:k].sort().values
+        if device.type == "cuda":  # pinned, so the copy does not wait for the queued GPU work
+            return chosen.pin_memory().to(device, non_blocking=True)
+        return chosen.to(device)
     if kind is TokenScoreMethod.VELOCITY:
         velocity = _checked_velocity(previous_velocity, hidden_states, dim, length)
         scores = _token_norms(velocity.to(device), dim)

@@ -37,7 +37,9 @@ def take_buffer(
 ) -> torch.Tensor:
     """A flat buffer of at least `numel` elements from `workspace`, grown (and stored) if needed."""
     buf = workspace.get(key)
-    if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < numel:
+    # an inference tensor (made under inference_mode) cannot be written outside it
+    stale = buf is not None and buf.is_inference() and not torch.is_inference_mode_enabled()
+    if stale or buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < numel:
         buf = torch.empty(numel, dtype=dtype, device=device)
         workspace[key] = buf
     return buf.view(-1)[:numel]
@@ -56,7 +58,10 @@ def align_routes(
     valid = (flat >= 0) & (flat < n_experts)
     group = torch.where(valid, flat, n_experts)  # invalid routes form group E
     order = torch.argsort(group, stable=True)  # [R] route ids grouped by expert
-    counts = torch.bincount(group, minlength=n_experts + 1)  # [E + 1]
+    # counts by scatter-add: bincount reads the input's min and max back to the host on CUDA
+    counts = torch.zeros(n_experts + 1, dtype=torch.int64, device=device).scatter_add_(
+        0, group, torch.ones_like(group)
+    )  # [E + 1]
     padded = (counts + block_m - 1) // block_m * block_m
     pad_start = torch.cumsum(padded, 0) - padded
     group_start = torch.cumsum(counts, 0) - counts

@@ -180,6 +180,12 @@ class AutoTorchModule(nn.Module):
     def _move_stored(self, target: Placement) -> None:
         """Make `target` the placement of the stored parameters (no-op when already there)."""
         if self.holds(target):
+            managed = self._managed()
+            if self._pin_host(target) and not all(p.is_pinned() for p in managed.values()):
+                # already on the host (a model built on the CPU) but pageable: pin it, or every
+                # per-call copy to the GPU is a synchronous one
+                pinned = {n: p.detach().pin_memory() for n, p in managed.items()}
+                replace_parameters(self._managed_root(), pinned, self._recurse_params)
             return
         if self.stored is None and not self._managed():  # nothing to move (base: raises)
             return

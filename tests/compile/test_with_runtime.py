@@ -37,7 +37,7 @@ def test_compiled_profile_deploys_with_identical_outputs(tmp_path, name):
     inputs = module.example_inputs()
     with torch.no_grad():
         expected = _first(run(reference, inputs))
-        model = deploy.offload_from_profile(module.build_model(), path)
+        model = deploy.offload_from_profile(module.build_model(), path, device="cpu")
         got = _first(run(model, inputs))
     assert torch.equal(expected, got)
     assert profile.predicted.streamed_bytes > 0
@@ -58,7 +58,7 @@ def test_ring_profile_deploys_with_identical_outputs(tmp_path, fraction):
     inputs = module.example_inputs()
     with torch.no_grad():
         expected = _first(module.run(reference, inputs))
-        model = deploy.offload_from_profile(module.build_model(), path)
+        model = deploy.offload_from_profile(module.build_model(), path, device="cpu")
         for _ in range(3):  # steady state: cyclic prefetch and block reuse across iterations
             assert torch.equal(expected, _first(module.run(model, inputs)))
 
@@ -89,7 +89,7 @@ def _deploys_identically(path) -> None:
     inputs = module.example_inputs()
     with torch.no_grad():
         expected = _first(module.run(module.build_model(), inputs))
-        model = deploy.offload_from_profile(module.build_model(), path)
+        model = deploy.offload_from_profile(module.build_model(), path, device="cpu")
         for _ in range(3):  # steady state: cyclic prefetch and block reuse across iterations
             assert torch.equal(expected, _first(module.run(model, inputs)))
 

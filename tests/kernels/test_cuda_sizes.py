@@ -31,7 +31,7 @@ def test_rows_at_real_widths(d: int, dtype: torch.dtype) -> None:
     torch.testing.assert_close(gated, once, **ROW_TOLERANCE[dtype])
 
 
-@pytest.mark.parametrize("tokens", [3, 300, 2000])  # block_m 16, 32 and 64
+@pytest.mark.parametrize("tokens", [3, 200, 2000])  # block_m 16, 32 and 64
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_moe_block_sizes(tokens: int, dtype: torch.dtype) -> None:
     case = build_case(tokens, 2, 8, 256, 512, dtype, seed=tokens, used_experts=7).to("cuda")

@@ -89,6 +89,16 @@ def test_workspace_buffers_are_reused_and_grown(kernel_device: torch.device) -> 
     assert workspace["intermediate"].data_ptr() != pointers["intermediate"]
 
 
+def test_a_workspace_filled_under_inference_mode_works_outside_it(kernel_device) -> None:
+    case = build_case(tokens=6, top_k=2, experts=3, hidden=8, inter=16).to(kernel_device)
+    workspace: dict[str, torch.Tensor] = {}
+    with torch.inference_mode():
+        routed_swiglu_moe(*case.args(), workspace=workspace, allow_triton=True)
+    with torch.no_grad():  # the inference-mode buffers cannot be written here: made anew
+        out = routed_swiglu_moe(*case.args(), workspace=workspace, allow_triton=True)
+    torch.testing.assert_close(out, routed_swiglu_moe_pytorch(*case.args()))
+
+
 def test_workspace_factory_is_called_per_call(kernel_device: torch.device) -> None:
     case = build_case(tokens=5, top_k=1, experts=2, hidden=8, inter=8).to(kernel_device)
     shared: dict[str, torch.Tensor] = {}

@@ -70,7 +70,11 @@ def test_a_measured_copy_is_predicted_at_its_measured_time() -> None:
 
 def test_measured_times_under_the_latency_or_falling_are_raised_to_a_monotone_curve() -> None:
     # a 64 KiB copy measured faster than the latency, a 4 MiB copy faster than a 1 MiB one
-    points = ((1 << 16, (1 << 16) / 2e-6), (1 << 20, (1 << 20) / 40e-6), (1 << 22, (1 << 22) / 30e-6))
+    points = (
+        (1 << 16, (1 << 16) / 2e-6),
+        (1 << 20, (1 << 20) / 40e-6),
+        (1 << 22, (1 << 22) / 30e-6),
+    )
     model = BandwidthModel.from_curve(points, 50e9, 0.008)
     assert model.copy_ms(1 << 16) == 0.008
     assert abs(model.copy_ms(1 << 20) - 0.040) < 1e-9

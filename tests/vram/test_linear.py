@@ -286,6 +286,20 @@ def test_cuda_offload_promotion_and_fp8(linear) -> None:
     assert (out - expected).abs().max() <= 0.1 * expected.abs().max()
 
 
+@pytest.mark.cuda
+def test_cuda_host_weights_built_on_the_cpu_are_pinned(linear) -> None:
+    # offloaded to the CPU where they already are: pinned all the same, so the per-call copies
+    # to the GPU are asynchronous
+    wrapped = AutoWrappedLinear(
+        copy.deepcopy(linear), offload_device="cpu", computation_device="cuda",
+    )  # fmt: skip
+    wrapped.offload()
+    assert wrapped.weight.device.type == "cpu" and wrapped.weight.is_pinned()
+    x = torch.randn(4, 12, device="cuda")
+    expected = nn.functional.linear(x, linear.weight.cuda(), linear.bias.cuda())
+    torch.testing.assert_close(wrapped(x), expected)
+
+
 @pytest.mark.parametrize("module", [nn.ReLU(), nn.Conv1d(2, 2, 1), None])
 def test_non_linear_module_is_a_config_error(module) -> None:
     with pytest.raises(ConfigError, match=rf"wraps an nn\.Linear, got {type(module).__name__}"):

@@ -240,7 +240,8 @@ def _flag(name: str) -> str:
              ("min_blocks", "--min-blocks"), ("profiling_iters", "--profiling-iters"),
              ("assignment_strategy", "--assignment"),
              ("device", "--device"), ("budget_bytes", "--budget"),
-             ("device_memory_bytes", "--device-memory"), ("granularity", "--granularity"))  # fmt: skip
+             ("device_memory_bytes", "--device-memory"), ("granularity", "--granularity"),
+             ("activation_reserve_bytes", "--activation-reserve"))  # fmt: skip
     return next((f" ({flag})" for field, flag in flags if field == name), "")
 
 
@@ -261,6 +262,8 @@ def plan_command(config: PlanConfig) -> str:
         parts.append(f"--min-blocks {config.min_blocks}")
     if config.assignment != "optimized-round-robin":
         parts.append(f"--assignment {config.assignment}")
+    if config.activation_reserve_bytes:
+        parts.append(f"--activation-reserve {config.activation_reserve_bytes}")
     if config.seed:
         parts.append(f"--seed {config.seed}")
     return " ".join(parts)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
-from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
+from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, RESERVE_HELP, STRATEGY_HELP
 
 if TYPE_CHECKING:
     from flextensor_runtime.profile import Profile
@@ -29,6 +29,7 @@ def plan(
         None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."
     ),
     budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB."),
+    activation_reserve: str = typer.Option(None, "--activation-reserve", help=RESERVE_HELP),
     strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
     num_blocks: int = typer.Option(
         None,
@@ -56,6 +57,8 @@ def plan(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
         min_blocks=min_blocks, assignment=assignment,
+        activation_reserve_bytes=0 if activation_reserve is None
+        else parse_size(activation_reserve, "--activation-reserve"),
     )  # fmt: skip
     # The canonical command (not argv): `ftc profile` records the same text for the same options,
     # so a profile re-planned from its stats is byte-identical.

@@ -43,6 +43,8 @@ def _config(opts: dict[str, Any]) -> Any:
         "exclude_patterns": tuple(opts["exclude"] or ()),
         "max_gpu_mem_fraction": opts["mem_fraction"],
         "budget_bytes": parse_size(opts["budget"], "--budget") if opts["budget"] else None,
+        "activation_reserve_bytes": parse_size(opts["activation_reserve"], "--activation-reserve")
+        if opts["activation_reserve"] else 0,
         "target": opts["target"],
         "device_memory_bytes": parse_size(opts["device_memory"], "--device-memory")
         if opts["device_memory"] else None,
@@ -65,6 +67,10 @@ def _config(opts: dict[str, Any]) -> Any:
     return OffloadConfig(**values)
 
 
+RESERVE_HELP = (
+    "Memory mode: bytes of the budget kept free for activations, e.g. 2GiB (resident weights "
+    "+ blocks + this <= budget)."
+)
 STRATEGY_HELP = (
     "Offloading strategy: adaptive, knapsack, greedy, nth-layer, adaptive-knapsack, "
     "global-offload or global-tensor-selection."
@@ -108,6 +114,7 @@ def profile(
     inputs: str = typer.Option(None, "--inputs", help="package.module:example_inputs (for module references)."),
     mem_fraction: float = typer.Option(None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."),
     budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB (memory mode)."),
+    activation_reserve: str = typer.Option(None, "--activation-reserve", help=RESERVE_HELP),
     target: str = typer.Option(None, "--target", help="Plan for a built-in GPU: rtx4090, a100-40g, a100-80g, h100-pcie, h100-sxm, h200, l4."),
     device_memory: str = typer.Option(None, "--device-memory", help="Device memory size, e.g. 24GiB."),
     bandwidth: str = typer.Option(None, "--bandwidth", help="Host-to-device copy rate, e.g. 25GB/s."),

@@ -57,6 +57,9 @@ def _summary(doc: dict[str, Any]) -> Table:
     memory = dev["memory_bytes"]  # 0 only in a hand-made profile: show it, divide by nothing
     share = f"{budget / memory:.0%} of device" if budget and memory > 0 else "device memory unknown"
     budget_text = "none (latency mode)" if budget is None else f"{format_bytes(budget)} ({share})"
+    reserve = doc["config"].get("activation_reserve_bytes", 0)
+    if budget is not None and reserve:
+        budget_text += f", {format_bytes(reserve)} of it kept for activations"
     transfers = count_of(tot["transfer_count"], "transfer")
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")

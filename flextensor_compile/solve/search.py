@@ -206,6 +206,8 @@ def budget_error(problem: Problem, strategy: str, default: str,
     also = "" if strategy == default else f" with --strategy {default}"
     if problem.min_blocks > 1:
         also += f", or lower --min-blocks (now {problem.min_blocks}): fewer blocks need less memory"
+    if problem.reserve_bytes:
+        also += f", or lower --activation-reserve (now {problem.reserve_bytes} bytes of it)"
     known = "" if least is None else f" (the smallest feasible budget is {hint})"
     return BudgetError(
         f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes{known}; "

@@ -50,6 +50,32 @@ def test_plan_from_a_profile_equals_plan_from_its_stats(stats_file: Path, tmp_pa
     assert clash.exit_code != 0 and "the input" in str(clash.exception)
 
 
+def test_activation_reserve_is_kept_inside_the_budget(stats_file: Path, tmp_path: Path) -> None:
+    budget = total_bytes(uniform_stats(10)) // 2
+    reserve = budget // 5
+    plain, kept = tmp_path / "plain.msgpack", tmp_path / "kept.msgpack"
+    args = ["plan", str(stats_file), "--budget", str(budget)]
+    assert runner.invoke(app, [*args, "-o", str(plain)]).exit_code == 0
+    result = runner.invoke(app, [*args, "--activation-reserve", str(reserve), "-o", str(kept)])
+    assert result.exit_code == 0, result.output
+    profile = load(kept)
+    assert profile.config.activation_reserve_bytes == reserve
+    pred, blocks = profile.predicted, sum(b.bytes for b in profile.blocks)
+    assert pred.peak_bytes == pred.resident_bytes + blocks + reserve <= budget
+    base = load(plain)  # without the option: no reserve in the peak
+    assert base.config.activation_reserve_bytes == 0
+    assert base.predicted.peak_bytes == base.predicted.resident_bytes + sum(
+        b.bytes for b in base.blocks
+    )
+    assert f"--activation-reserve {reserve}" in profile.meta.command
+    shown = runner.invoke(app, ["inspect", str(kept)])
+    assert "kept for activations" in shown.output
+    too_big = runner.invoke(app, [*args, "--activation-reserve", str(budget), "-o",
+                                  str(tmp_path / "no.msgpack")])  # fmt: skip
+    assert isinstance(too_big.exception, BudgetError)
+    assert "lower --activation-reserve" in str(too_big.exception)
+
+
 def test_plan_reports_the_smallest_budget(stats_file: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", str(stats_file), "--budget", "100", "-o",
                                  str(tmp_path / "p.msgpack")])  # fmt: skip

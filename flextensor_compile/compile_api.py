@@ -9,6 +9,7 @@ Must not know: rich, typer, files other than what the caller asks for.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -22,6 +23,7 @@ from flextensor_compile.measure import DeviceChoice, choose_device, measure_comp
 from flextensor_compile.measure.targets import get_target
 from flextensor_compile.model_file import Inputs, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, canonical_stats
+from flextensor_compile.units import format_bytes
 from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
 from flextensor_runtime.profile import PlanConfig, Profile
@@ -193,6 +195,7 @@ def _collect(
     if progress is not None:
         progress.advance("discovery")
     warmup = iters = 0
+    peak: int | None = None
     if device.measure_on is None:
         assert device.target is not None
         compute_ms = roofline_ms(disc, get_target(device.target.name))
@@ -206,10 +209,27 @@ def _collect(
             source=source, on_iteration=(lambda: sink.advance("profiling")) if sink else None,
         )  # fmt: skip
         compute_ms = timing.compute_ms
+        peak = timing.activation_peak_bytes
     cost = ProfilingCost(1, warmup, iters, time.perf_counter() - started)
     stats = _stats(name or type(model).__name__, disc, device, compute_ms)
     granularity = "leaves" if leaves else "modules"
-    return Compilation(stats, disc, device, cost, config, _notes(disc, device), granularity)
+    notes = _notes(disc, device) + activation_note(peak, config)
+    return Compilation(stats, disc, device, cost, config, notes, granularity)
+
+
+def activation_note(peak_bytes: int | None, config: OffloadConfig) -> tuple[str, ...]:
+    """A note when timing saw activations need more device memory than the plan keeps for
+    them (memory mode only: a latency plan has no budget to keep it in)."""
+    memory_mode = config.budget_bytes is not None or config.max_gpu_mem_fraction is not None
+    if not memory_mode or peak_bytes is None or peak_bytes <= config.activation_reserve_bytes:
+        return ()
+    kept = config.activation_reserve_bytes
+    return (
+        f"activations took up to {format_bytes(peak_bytes)} of device memory while timing, and "
+        f"the budget keeps {format_bytes(kept) if kept else 'none'} for them: pass "
+        f"--activation-reserve {math.ceil(peak_bytes / 2**20)}MiB (more for larger inputs) to "
+        "keep that room inside the budget",
+    )
 
 
 def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Profile:

@@ -43,6 +43,9 @@ class Timing:
     forwards: int  # run() calls: warm-up + profiling
     seconds: float
     streamed: bool  # measured trap by trap (the model did not fit on the device)
+    # on a GPU with the whole model placed: the most device memory the iterations allocated
+    # beyond the model and its inputs (activations, workspaces); None elsewhere
+    activation_peak_bytes: int | None = None
 
 
 def _move_except(residence: Residence, module: nn.Module, path: str, skip: set[str]) -> None:
@@ -165,6 +168,7 @@ def measure_compute(
         raw = tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs.raw)
         inputs = normalize_inputs(raw)
     samples: list[dict[str, float]] = []
+    base = _start_peak(device) if device.type == "cuda" and not streamed else None
     try:
         for i in range(warmup + iters):
             per_slot = _one_iteration(model, inputs, run, discovery, device,
@@ -173,9 +177,17 @@ def measure_compute(
                 samples.append(per_slot)
             if on_iteration is not None:
                 on_iteration()
+        peak = None if base is None else max(0, torch.cuda.max_memory_allocated(device) - base)
     finally:
         residence.restore()  # every tensor back where it was, pinned or mapped storage kept
     compute_ms = {
         slot: float(statistics.median(s[slot] for s in samples)) for slot in discovery.plan.order
     }
-    return Timing(compute_ms, warmup + iters, time.perf_counter() - started, streamed)
+    return Timing(compute_ms, warmup + iters, time.perf_counter() - started, streamed, peak)
+
+
+def _start_peak(device: torch.device) -> int:
+    """Reset the device's peak-memory counter; the bytes allocated now (model and inputs)."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))

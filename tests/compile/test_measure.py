@@ -109,11 +109,13 @@ def test_cuda_timing_and_copy_curve():
     disc = discover(model, inputs)
     timing = measure_compute(model, inputs, None, disc, iters=2, warmup=1, device=device)
     assert all(timing.compute_ms[t] > 0 for t in disc.plan.traps)
+    assert timing.activation_peak_bytes is not None and timing.activation_peak_bytes > 0
     assert next(model.parameters()).device.type == "cpu"  # left where it was
     streamed = measure_compute(
         model, inputs, None, disc, iters=2, warmup=1, device=device, fit_bytes=1
     )
     assert streamed.streamed and all(streamed.compute_ms[t] > 0 for t in disc.plan.traps)
+    assert streamed.activation_peak_bytes is None  # trap by trap: copies would count too
     assert next(model.parameters()).device.type == "cpu"
 
 
@@ -191,3 +193,22 @@ def test_copy_stretches_are_cut_from_the_time_line():
     assert [e.kind for e in kept] == ["begin", "op", "enter", "exit", "op", "end"]
     plan = plan_slots(kept, manual=set())
     assert attribute(kept, plan) == {"gap:start": 1, "A": 2, "gap:after:A": 1}
+
+
+def test_activation_note_asks_for_a_reserve_only_when_the_budget_lacks_one():
+    from flextensor_compile.compile_api import activation_note
+
+    peak = 3 * 2**20 + 1
+    memory = OffloadConfig(max_gpu_mem_fraction=0.6)
+    (note,) = activation_note(peak, memory)
+    assert "3 MiB" in note and "--activation-reserve 4MiB" in note  # rounded up
+    assert (
+        activation_note(peak, OffloadConfig(budget_bytes=10**9, activation_reserve_bytes=peak))
+        == ()
+    )
+    assert activation_note(peak, OffloadConfig()) == ()  # latency mode: no budget to keep it in
+    assert activation_note(None, memory) == ()  # not measured (CPU, roofline, trap by trap)
+    cpu = measure_compute(models.Stack(), normalize_inputs(models.stack_inputs()), None,
+                          discover(models.Stack(), normalize_inputs(models.stack_inputs())),
+                          iters=1, warmup=0, device=torch.device("cpu"))  # fmt: skip
+    assert cpu.activation_peak_bytes is None

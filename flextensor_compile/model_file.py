@@ -9,11 +9,12 @@ Must not know: discovery, measurement, the solver, the CLI.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,15 +215,16 @@ def make_inputs(spec: ModelSpec) -> Inputs:
 
 
 def normalize_inputs(value: Any, source: str = "example_inputs") -> Inputs:
-    """tuple -> args; dict -> kwargs; `(tuple, dict)` -> (args, kwargs); anything else -> (value,)."""
+    """tuple -> args; a mapping (a dict, a tokenizer's BatchEncoding) -> kwargs; `(tuple, dict)`
+    -> (args, kwargs); anything else -> (value,)."""
     if (
         isinstance(value, tuple)
         and len(value) == 2
         and isinstance(value[0], (tuple, list))
-        and isinstance(value[1], dict)
+        and isinstance(value[1], Mapping)
     ):
         return Inputs(value, tuple(value[0]), dict(value[1]))
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         if not all(isinstance(k, str) for k in value):
             raise ModelFileError(
                 f"{source}: example_inputs() returned a dict with non-string keys; "
@@ -232,6 +234,23 @@ def normalize_inputs(value: Any, source: str = "example_inputs") -> Inputs:
     if isinstance(value, (tuple, list)):
         return Inputs(value, tuple(value), {})
     return Inputs(value, (value,), {})
+
+
+def inputs_on(inputs: Inputs, device: Any) -> Inputs:
+    """The inputs with every tensor on `device` (".to(device)"), in containers torch's pytree
+    knows (tuple, list, dict, ...) and in mappings that move themselves with `.to` (a
+    tokenizer's BatchEncoding: a copy is moved); other objects are passed as they are. The
+    caller's inputs are not changed."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def on(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.to(device)
+        move = getattr(copy.copy(x), "to", None) if isinstance(x, Mapping) else None
+        return move(device) if callable(move) else x  # a copy: BatchEncoding.to is in place
+
+    return normalize_inputs(tree_map(on, inputs.raw))
 
 
 def call_run(run: RunFn | None, model: Any, inputs: Inputs, source: str) -> Any:

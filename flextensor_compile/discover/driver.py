@@ -16,14 +16,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
 
 from flextensor_compile.discover.hooks import Event, TrapHooks
 from flextensor_compile.discover.ownership import Assignment, assign_tensors
 from flextensor_compile.discover.patterns import Selection, select_traps
 from flextensor_compile.discover.reads import ReadRecorder
 from flextensor_compile.discover.slots import SlotPlan, attribute, drop_traps, plan_slots
-from flextensor_compile.model_file import Inputs, call_run, normalize_inputs
+from flextensor_compile.model_file import Inputs, call_run, inputs_on
 from flextensor_compile.stats import TensorStat
 from flextensor_runtime.errors import ModelFileError
 from flextensor_runtime.model_tensors import iter_model_tensors, model_tensor_entries
@@ -79,8 +78,7 @@ def is_meta_model(model: nn.Module) -> bool:
 
 def to_meta_inputs(inputs: Inputs) -> Inputs:
     """The same inputs with every tensor replaced by a meta tensor of equal shape and dtype."""
-    raw = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, inputs.raw)
-    return normalize_inputs(raw)
+    return inputs_on(inputs, "meta")
 
 
 def _flop_counter(enabled: bool) -> Any:

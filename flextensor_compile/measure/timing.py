@@ -20,14 +20,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
 
 from flextensor_compile.discover import Discovery
 from flextensor_compile.discover.hooks import Event, TrapHooks
 from flextensor_compile.discover.slots import attribute, drop_traps
 from flextensor_compile.measure.clock import clock_for
 from flextensor_compile.measure.residence import Residence, bytes_to_move
-from flextensor_compile.model_file import Inputs, call_run, normalize_inputs
+from flextensor_compile.model_file import Inputs, call_run, inputs_on
 
 __all__ = ["Timing", "measure_compute", "place_for_timing", "streamable_traps"]
 
@@ -165,8 +164,7 @@ def measure_compute(
     started = time.perf_counter()
     residence, streamed = place_for_timing(model, discovery, device, fit_bytes)
     if device.type != "cpu":
-        raw = tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs.raw)
-        inputs = normalize_inputs(raw)
+        inputs = inputs_on(inputs, device)
     samples: list[dict[str, float]] = []
     base = _start_peak(device) if device.type == "cuda" and not streamed else None
     try:

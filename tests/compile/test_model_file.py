@@ -12,6 +12,7 @@ from flextensor_compile.cli.errors import run_guarded
 from flextensor_compile.model_file import (
     build_model,
     call_run,
+    inputs_on,
     load_model_spec,
     make_inputs,
     normalize_inputs,
@@ -113,6 +114,21 @@ def test_input_forms():
     both = normalize_inputs(((x,), {"b": x}))
     assert both.args == (x,) and both.kwargs == {"b": x}
     assert normalize_inputs(x).args == (x,)
+
+
+def test_a_tokenizer_batch_is_keyword_inputs_and_moves_whole():
+    # example_inputs() returning tokenizer(...) output: a BatchEncoding, a mapping that is not
+    # a dict; its tensors are keyword arguments and it moves itself with .to(device)
+    from transformers import BatchEncoding
+
+    batch = BatchEncoding({"input_ids": torch.ones(1, 3, dtype=torch.long)})
+    inputs = normalize_inputs(batch)
+    assert inputs.args == () and list(inputs.kwargs) == ["input_ids"]
+    moved = inputs_on(inputs, "meta")
+    assert isinstance(moved.raw, BatchEncoding) and moved.kwargs["input_ids"].device.type == "meta"
+    nested = inputs_on(normalize_inputs(((torch.ones(2),), {"mask": torch.ones(2)})), "meta")
+    assert nested.args[0].device.type == nested.kwargs["mask"].device.type == "meta"
+    assert batch["input_ids"].device.type == "cpu"  # the caller's inputs are not changed
 
 
 @pytest.mark.parametrize(

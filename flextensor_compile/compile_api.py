@@ -21,7 +21,8 @@ from flextensor_compile.config import OffloadConfig, plan_command
 from flextensor_compile.discover import Discovery, discover, is_meta_model
 from flextensor_compile.measure import DeviceChoice, choose_device, measure_compute, roofline_ms
 from flextensor_compile.measure.targets import get_target
-from flextensor_compile.model_file import Inputs, normalize_inputs
+from flextensor_compile.measure.timing import place_whole
+from flextensor_compile.model_file import Inputs, inputs_on, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, canonical_stats
 from flextensor_compile.units import format_bytes
 from flextensor_runtime.errors import BudgetError, ConfigError
@@ -188,6 +189,23 @@ def _collect(
     if device is None:
         weight_bytes = sum(e.bytes for e in model_tensor_entries(model) if e.tie is None)
         device = choose_device(config, weight_bytes, is_meta_model(model))
+    placed = None if device.measure_on is None else place_whole(model, device.measure_on)
+    try:
+        if placed is not None:  # discovery and timing on the GPU; the model goes back after
+            inputs = inputs_on(inputs, placed.device)
+        return _measured(model, inputs, config, run, leaves, name, source, progress, device,
+                         started)  # fmt: skip
+    finally:
+        if placed is not None:
+            placed.restore()
+
+
+def _measured(
+    model: nn.Module, inputs: Inputs, config: OffloadConfig, run: Callable[..., Any] | None,
+    leaves: bool, name: str | None, source: str, progress: ProgressSink | None,
+    device: DeviceChoice, started: float,
+) -> Compilation:  # fmt: skip
+    """Discovery, then timing (or the roofline), into the stats of one granularity."""
     if progress is not None:
         progress.start("discovery", 1)
     disc = discover(model, inputs, run, config.include_patterns, config.exclude_patterns,

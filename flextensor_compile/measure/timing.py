@@ -28,7 +28,7 @@ from flextensor_compile.measure.clock import clock_for
 from flextensor_compile.measure.residence import Residence, bytes_to_move
 from flextensor_compile.model_file import Inputs, call_run, inputs_on
 
-__all__ = ["Timing", "measure_compute", "place_for_timing", "streamable_traps"]
+__all__ = ["Timing", "measure_compute", "place_for_timing", "place_whole", "streamable_traps"]
 
 _FIT_SHARE = 0.8  # measure with the whole model on the GPU when it takes at most this share
 _TIMED = ("begin", "end", "enter", "exit", "pause", "resume")  # events that carry a clock value
@@ -70,13 +70,27 @@ def place_for_timing(
     residence = Residence(device)
     if device.type != "cuda":
         return residence, False
-    if fit_bytes is None:
-        fit_bytes = int(_FIT_SHARE * _cached_free_bytes(device))
-    if bytes_to_move(model, device) <= fit_bytes:
+    if _fits(model, device, fit_bytes):
         residence.move(model)
         return residence, False
     _move_except(residence, model, "", set(streamable_traps(discovery)))
     return residence, True
+
+
+def _fits(model: nn.Module, device: torch.device, fit_bytes: int | None = None) -> bool:
+    if fit_bytes is None:
+        fit_bytes = int(_FIT_SHARE * _cached_free_bytes(device))
+    return bytes_to_move(model, device) <= fit_bytes
+
+
+def place_whole(model: nn.Module, device: torch.device) -> Residence | None:
+    """On a GPU, the whole model placed there when it fits (so discovery runs there too, as
+    models with CUDA-only kernels need); None (nothing moved) otherwise."""
+    if device.type != "cuda" or not _fits(model, device):
+        return None
+    residence = Residence(device)
+    residence.move(model)
+    return residence
 
 
 def streamable_traps(discovery: Discovery) -> tuple[str, ...]:

@@ -67,3 +67,30 @@ def test_a_model_on_the_gpu_stays_there_when_timed_trap_by_trap() -> None:
         assert all(timing.compute_ms[t] > 0 for t in disc.plan.traps)
         for name, t, _ in iter_model_tensors(model):
             assert t.device == before[name][0] and torch.equal(t, before[name][1]), name
+
+
+def test_a_model_placed_for_discovery_goes_back_after_profiling(monkeypatch) -> None:
+    # what a GPU run does (place the whole model before discovery, put it back after timing),
+    # with clones on the CPU standing in for device copies
+    from flextensor_compile import compile_api
+    from flextensor_compile.measure.residence import Residence
+
+    class Clones(Residence):
+        def placed(self, tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.clone()
+
+    used: list[Residence] = []
+
+    def place_whole(model: torch.nn.Module, device: torch.device) -> Residence:
+        used.append(Clones(device))
+        used[-1].move(model)
+        return used[-1]
+
+    monkeypatch.setattr(compile_api, "place_whole", place_whole)
+    model = tiny_lm()
+    storage = {n: t.data_ptr() for n, t, _ in iter_model_tensors(model)}
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    cfg = OffloadConfig(budget_bytes=weights * 3 // 4, device="cpu", profiling_iters=1)
+    profile = compile_profile(model, (torch.randint(0, 64, (2, 8)),), cfg)
+    assert len(used) == 1 and profile.predicted.streamed_bytes > 0
+    assert {n: t.data_ptr() for n, t, _ in iter_model_tensors(model)} == storage

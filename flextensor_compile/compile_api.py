@@ -20,6 +20,7 @@ from torch import nn
 from flextensor_compile.config import OffloadConfig, plan_command
 from flextensor_compile.discover import Discovery, discover, is_meta_model
 from flextensor_compile.measure import DeviceChoice, choose_device, measure_compute, roofline_ms
+from flextensor_compile.measure.residence import Residence
 from flextensor_compile.measure.targets import get_target
 from flextensor_compile.measure.timing import place_whole
 from flextensor_compile.model_file import Inputs, inputs_on, normalize_inputs
@@ -189,9 +190,9 @@ def _collect(
     if device is None:
         weight_bytes = sum(e.bytes for e in model_tensor_entries(model) if e.tie is None)
         device = choose_device(config, weight_bytes, is_meta_model(model))
-    placed = None if device.measure_on is None else place_whole(model, device.measure_on)
-    try:
-        if placed is not None:  # discovery and timing on the GPU; the model goes back after
+    placed = None if device.measure_on is None else Residence(device.measure_on)
+    try:  # on a GPU, discovery and timing there when the model fits; it goes back after
+        if placed is not None and place_whole(placed, model):
             inputs = inputs_on(inputs, placed.device)
         return _measured(model, inputs, config, run, leaves, name, source, progress, device,
                          started)  # fmt: skip
@@ -231,22 +232,30 @@ def _measured(
     cost = ProfilingCost(1, warmup, iters, time.perf_counter() - started)
     stats = _stats(name or type(model).__name__, disc, device, compute_ms)
     granularity = "leaves" if leaves else "modules"
-    notes = _notes(disc, device) + activation_note(peak, config)
+    notes = _notes(disc, device) + activation_note(peak, config, device.spec.memory_bytes)
     return Compilation(stats, disc, device, cost, config, notes, granularity)
 
 
-def activation_note(peak_bytes: int | None, config: OffloadConfig) -> tuple[str, ...]:
-    """A note when timing saw activations need more device memory than the plan keeps for
-    them (memory mode only: a latency plan has no budget to keep it in)."""
-    memory_mode = config.budget_bytes is not None or config.max_gpu_mem_fraction is not None
-    if not memory_mode or peak_bytes is None or peak_bytes <= config.activation_reserve_bytes:
+def activation_note(
+    peak_bytes: int | None, config: OffloadConfig, memory_bytes: int
+) -> tuple[str, ...]:
+    """A note when the budget plus what timing saw activations take (beyond the reserve the
+    budget keeps) exceeds the device's memory (memory mode only: a latency plan has no budget)."""
+    if config.budget_bytes is not None:
+        budget = config.budget_bytes
+    elif config.max_gpu_mem_fraction is not None:
+        budget = int(config.max_gpu_mem_fraction * memory_bytes)
+    else:
         return ()
     kept = config.activation_reserve_bytes
+    if peak_bytes is None or peak_bytes <= kept or budget + peak_bytes - kept <= memory_bytes:
+        return ()
     return (
-        f"activations took up to {format_bytes(peak_bytes)} of device memory while timing, and "
-        f"the budget keeps {format_bytes(kept) if kept else 'none'} for them: pass "
-        f"--activation-reserve {math.ceil(peak_bytes / 2**20)}MiB (more for larger inputs) to "
-        "keep that room inside the budget",
+        f"activations took up to {format_bytes(peak_bytes)} of device memory while timing; with "
+        f"the budget ({format_bytes(budget)}, {format_bytes(kept) if kept else 'none'} of it kept "
+        f"for activations) that is more than the device's {format_bytes(memory_bytes)}: pass "
+        f"--activation-reserve {math.ceil(peak_bytes / 2**20)}MiB (more for larger inputs) or "
+        "a smaller budget",
     )
 
 

@@ -4,7 +4,7 @@ Owns: moving a module's parameters (their data, so the Parameter objects stay), 
 fields parameters carry (an FP8 `weight.scale`: `Module.to()` leaves those behind) and buffers to
 a device, remembering each original tensor, and restoring exactly those originals (their device,
 pinned or memory-mapped storage and values) for one module or for all. A tensor reached twice (a
-tie) moves once. Counting the bytes a placement would still move.
+tied parameter, a buffer or inner field shared by two owners) moves once. Counting the bytes a placement would still move.
 Must not know: traps, timing, clocks, the CLI.
 """
 
@@ -45,14 +45,25 @@ class Residence:
     """Moves modules' own tensors to `device` and puts the originals back."""
 
     device: torch.device
+    _placed: dict[int, torch.Tensor] = field(default_factory=dict)  # id(original) -> its copy
     _params: dict[int, tuple[nn.Parameter, torch.Tensor, dict[str, torch.Tensor]]] = field(
         default_factory=dict
     )
     _buffers: dict[tuple[int, str], tuple[nn.Module, torch.Tensor]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.device.type == "cuda" and self.device.index is None:  # as tensors report it
+            self.device = torch.device("cuda", torch.cuda.current_device())
+
     def placed(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` as it sits on the device (the original when it is there already)."""
         return tensor.to(self.device)
+
+    def _once(self, tensor: torch.Tensor) -> torch.Tensor:
+        """One placed copy per original tensor (a buffer or field shared by two owners)."""
+        if id(tensor) not in self._placed:
+            self._placed[id(tensor)] = self.placed(tensor)
+        return self._placed[id(tensor)]
 
     def move(self, module: nn.Module, recurse: bool = True) -> None:
         """Put `module`'s tensors (and, with `recurse`, its submodules') on the device."""
@@ -63,11 +74,11 @@ class Residence:
                     self._params[id(param)] = (param, param.data, fields)
                     param.data = self.placed(param.data)
                     for name, value in fields.items():
-                        setattr(param, name, self.placed(value))
+                        setattr(param, name, self._once(value))
             for name, buf in m._buffers.items():
                 if buf is not None and (id(m), name) not in self._buffers:
                     self._buffers[(id(m), name)] = (m, buf)
-                    m._buffers[name] = self.placed(buf)
+                    m._buffers[name] = self._once(buf)
 
     def restore(self, module: nn.Module | None = None) -> None:
         """Put back the originals of `module`'s tensors (its submodules' too), or of all."""
@@ -83,6 +94,8 @@ class Residence:
             param.data = data
             for name, value in fields.items():
                 setattr(param, name, value)
+                self._placed.pop(id(value), None)
         for bkey in buffers:
             owner, buf = self._buffers.pop(bkey)
             owner._buffers[bkey[1]] = buf
+            self._placed.pop(id(buf), None)

@@ -62,19 +62,20 @@ def _cached_free_bytes(device: torch.device) -> int:
 
 
 def place_for_timing(
-    model: nn.Module, discovery: Discovery, device: torch.device, fit_bytes: int | None = None
-) -> tuple[Residence, bool]:
-    """Put the model on `device` for timing (the returned residence puts every tensor back);
-    the flag says traps must stream in one by one (the bytes still to move, ties once, exceed
-    `fit_bytes`, by default 80% of the device's free memory, the allocator's cache included)."""
-    residence = Residence(device)
+    residence: Residence, model: nn.Module, discovery: Discovery, fit_bytes: int | None = None
+) -> bool:
+    """Put the model on the residence's device for timing (`residence.restore()` puts every
+    tensor back, also after a failure part way); True when traps must stream in one by one (the
+    bytes still to move, ties once, exceed `fit_bytes`, by default 80% of the device's free
+    memory, the allocator's cache included)."""
+    device = residence.device
     if device.type != "cuda":
-        return residence, False
+        return False
     if _fits(model, device, fit_bytes):
         residence.move(model)
-        return residence, False
+        return False
     _move_except(residence, model, "", set(streamable_traps(discovery)))
-    return residence, True
+    return True
 
 
 def _fits(model: nn.Module, device: torch.device, fit_bytes: int | None = None) -> bool:
@@ -83,14 +84,13 @@ def _fits(model: nn.Module, device: torch.device, fit_bytes: int | None = None) 
     return bytes_to_move(model, device) <= fit_bytes
 
 
-def place_whole(model: nn.Module, device: torch.device) -> Residence | None:
-    """On a GPU, the whole model placed there when it fits (so discovery runs there too, as
-    models with CUDA-only kernels need); None (nothing moved) otherwise."""
-    if device.type != "cuda" or not _fits(model, device):
-        return None
-    residence = Residence(device)
+def place_whole(residence: Residence, model: nn.Module) -> bool:
+    """On a GPU, the whole model placed on the residence's device when it fits (so discovery
+    runs there too, as models with CUDA-only kernels need); False (nothing moved) otherwise."""
+    if residence.device.type != "cuda" or not _fits(model, residence.device):
+        return False
     residence.move(model)
-    return residence
+    return True
 
 
 def streamable_traps(discovery: Discovery) -> tuple[str, ...]:
@@ -109,23 +109,24 @@ def streamable_traps(discovery: Discovery) -> tuple[str, ...]:
 
 def _one_iteration(
     model: nn.Module, inputs: Inputs, run: Callable[..., Any] | None, discovery: Discovery,
-    device: torch.device, streamed: Residence | None, source: str,
+    device: torch.device, streamed: bool, source: str,
 ) -> dict[str, float]:  # fmt: skip
     clock = clock_for(device)
     modules = dict(model.named_modules())
     traps = {t: modules[t] for t in discovery.plan.traps if discovery.plan.kinds[t] == "module"}
     on_enter = on_exit = None
-    if streamed is not None:
+    if streamed:
         moving = set(streamable_traps(discovery))
-        residence = streamed
+        calls: dict[str, Residence] = {}  # one per trap call: its exit restores only its moves
 
         def on_enter(name: str) -> None:
             if name in moving:
-                residence.move(traps[name])
+                calls[name] = Residence(device)
+                calls[name].move(traps[name])
 
         def on_exit(name: str) -> None:
-            if name in moving:
-                residence.restore(traps[name])
+            if name in calls:
+                calls.pop(name).restore()
 
     hooks = TrapHooks(None if discovery.whole_run else model, traps, clock.mark, on_enter, on_exit)
     with torch.no_grad(), hooks.installed():
@@ -176,15 +177,16 @@ def measure_compute(
 ) -> Timing:
     """Run `warmup + iters` iterations and return the median per-slot time of the last `iters`."""
     started = time.perf_counter()
-    residence, streamed = place_for_timing(model, discovery, device, fit_bytes)
-    if device.type != "cpu":
-        inputs = inputs_on(inputs, device)
+    residence = Residence(device)
+    device = residence.device  # a bare "cuda" as the index tensors report
     samples: list[dict[str, float]] = []
-    base = _start_peak(device) if device.type == "cuda" and not streamed else None
-    try:
+    try:  # from the first move: a failure part way (out of memory) still puts everything back
+        streamed = place_for_timing(residence, model, discovery, fit_bytes)
+        if device.type != "cpu":
+            inputs = inputs_on(inputs, device)
+        base = _start_peak(device) if device.type == "cuda" and not streamed else None
         for i in range(warmup + iters):
-            per_slot = _one_iteration(model, inputs, run, discovery, device,
-                                      residence if streamed else None, source)  # fmt: skip
+            per_slot = _one_iteration(model, inputs, run, discovery, device, streamed, source)
             if i >= warmup:
                 samples.append(per_slot)
             if on_iteration is not None:

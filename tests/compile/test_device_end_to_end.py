@@ -81,16 +81,39 @@ def test_a_model_placed_for_discovery_goes_back_after_profiling(monkeypatch) -> 
 
     used: list[Residence] = []
 
-    def place_whole(model: torch.nn.Module, device: torch.device) -> Residence:
-        used.append(Clones(device))
-        used[-1].move(model)
-        return used[-1]
+    def place_whole(residence: Residence, model: torch.nn.Module) -> bool:
+        used.append(residence)
+        residence.move(model)
+        return True
 
+    monkeypatch.setattr(compile_api, "Residence", Clones)
     monkeypatch.setattr(compile_api, "place_whole", place_whole)
     model = tiny_lm()
     storage = {n: t.data_ptr() for n, t, _ in iter_model_tensors(model)}
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     cfg = OffloadConfig(budget_bytes=weights * 3 // 4, device="cpu", profiling_iters=1)
     profile = compile_profile(model, (torch.randint(0, 64, (2, 8)),), cfg)
-    assert len(used) == 1 and profile.predicted.streamed_bytes > 0
+    assert len(used) == 1 and isinstance(used[0], Clones) and profile.predicted.streamed_bytes > 0
+    assert {n: t.data_ptr() for n, t, _ in iter_model_tensors(model)} == storage
+
+
+def test_a_placement_failing_part_way_puts_back_what_it_moved(monkeypatch) -> None:
+    # e.g. out of device memory half way through placing the model: nothing stays moved
+    from flextensor_compile import compile_api
+    from flextensor_compile.measure.residence import Residence
+
+    class Clones(Residence):
+        def placed(self, tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.clone()
+
+    def place_whole(residence: Residence, model: torch.nn.Module) -> bool:
+        residence.move(model.blocks[0])
+        raise torch.cuda.OutOfMemoryError("out of memory (stand-in)")
+
+    monkeypatch.setattr(compile_api, "Residence", Clones)
+    monkeypatch.setattr(compile_api, "place_whole", place_whole)
+    model = tiny_lm()
+    storage = {n: t.data_ptr() for n, t, _ in iter_model_tensors(model)}
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        compile_profile(model, (torch.randint(0, 64, (2, 8)),), OffloadConfig(device="cpu"))
     assert {n: t.data_ptr() for n, t, _ in iter_model_tensors(model)} == storage

@@ -158,6 +158,7 @@ def test_residence_moves_once_and_puts_the_originals_back():
     fc1 = model.layers[0].fc1
     fc1.weight.scale = torch.full((1,), 0.5)
     model.register_buffer("gain", torch.ones(3))
+    model.layers[1].register_buffer("gain", model.gain)  # one buffer object in two modules
     params = {n: (p, p.data_ptr()) for n, p in model.named_parameters()}
     scale, gain = fc1.weight.scale, model.gain
     tensors = (*model.parameters(), *model.buffers(), scale)  # each distinct tensor once
@@ -175,10 +176,11 @@ def test_residence_moves_once_and_puts_the_originals_back():
     assert model.layers[0].scale.dtype == torch.float32
     residence.move(model)
     assert model.head.weight is model.embed.weight and model.embed.weight.dtype == torch.float64
+    assert model.layers[1].gain is model.gain and model.gain.dtype == torch.float64  # moved once
     residence.restore()
     for name, p in model.named_parameters():
         assert p is params[name][0] and p.data_ptr() == params[name][1], name
-    assert fc1.weight.scale is scale and model.gain is gain
+    assert fc1.weight.scale is scale and model.gain is gain and model.layers[1].gain is gain
 
 
 def test_copy_stretches_are_cut_from_the_time_line():
@@ -198,16 +200,16 @@ def test_copy_stretches_are_cut_from_the_time_line():
 def test_activation_note_asks_for_a_reserve_only_when_the_budget_lacks_one():
     from flextensor_compile.compile_api import activation_note
 
-    peak = 3 * 2**20 + 1
-    memory = OffloadConfig(max_gpu_mem_fraction=0.6)
-    (note,) = activation_note(peak, memory)
+    peak, memory = 3 * 2**20 + 1, 10 * 2**20
+    full = OffloadConfig(max_gpu_mem_fraction=0.9)  # 9 MiB of weights + 3 MiB > 10 MiB
+    (note,) = activation_note(peak, full, memory)
     assert "3 MiB" in note and "--activation-reserve 4MiB" in note  # rounded up
-    assert (
-        activation_note(peak, OffloadConfig(budget_bytes=10**9, activation_reserve_bytes=peak))
-        == ()
-    )
-    assert activation_note(peak, OffloadConfig()) == ()  # latency mode: no budget to keep it in
-    assert activation_note(None, memory) == ()  # not measured (CPU, roofline, trap by trap)
+    assert activation_note(peak, OffloadConfig(max_gpu_mem_fraction=0.5), memory) == ()  # room
+    kept = OffloadConfig(budget_bytes=9 * 2**20, activation_reserve_bytes=peak)
+    assert activation_note(peak, kept, memory) == ()
+    assert activation_note(peak, OffloadConfig(budget_bytes=9 * 2**20), memory) != ()
+    assert activation_note(peak, OffloadConfig(), memory) == ()  # latency mode: no budget
+    assert activation_note(None, full, memory) == ()  # not measured (CPU, roofline, trap by trap)
     cpu = measure_compute(models.Stack(), normalize_inputs(models.stack_inputs()), None,
                           discover(models.Stack(), normalize_inputs(models.stack_inputs())),
                           iters=1, warmup=0, device=torch.device("cpu"))  # fmt: skip

@@ -9,7 +9,6 @@ Must not know: rich, typer, files other than what the caller asks for.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 
 from torch import nn
 
+from flextensor_compile.compile_notes import activation_note, discovery_notes
 from flextensor_compile.config import OffloadConfig, plan_command
 from flextensor_compile.discover import Discovery, discover, is_meta_model
 from flextensor_compile.measure import DeviceChoice, choose_device, measure_compute, roofline_ms
@@ -25,7 +25,6 @@ from flextensor_compile.measure.targets import get_target
 from flextensor_compile.measure.timing import place_whole
 from flextensor_compile.model_file import Inputs, inputs_on, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, canonical_stats
-from flextensor_compile.units import format_bytes
 from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
 from flextensor_runtime.profile import PlanConfig, Profile
@@ -88,25 +87,6 @@ def _stats(name: str, disc: Discovery, device: DeviceChoice, compute_ms: dict[st
     )
     return Stats(name=name, device=device.spec, traps=traps, untrapped=disc.untrapped,
                  timing_source=device.timing_source)  # fmt: skip
-
-
-def _notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
-    r = disc.report
-    notes = [device.note] if device.note else []
-    if r.unused:
-        notes.append(f"{len(r.unused)} selected modules never ran and stay resident: "
-                     f"{', '.join(r.unused[:3])}{' ...' if len(r.unused) > 3 else ''}")  # fmt: skip
-    if r.conditional:
-        notes.append(f"conditional traps kept resident: {', '.join(r.conditional[:3])}")
-    if r.cross_reads:
-        first = next(iter(r.cross_reads))
-        notes.append(f"{len(r.cross_reads)} tensors read outside their trap stay resident "
-                     f"(e.g. {first} read by {', '.join(r.cross_reads[first])})")  # fmt: skip
-    if r.split_ties:
-        notes.append(
-            f"tied weights shared across traps stay resident: {', '.join(r.split_ties[:3])}"
-        )
-    return tuple(notes)
 
 
 def _check_arguments(api: str, model: Any, config: Any, run: Any) -> None:
@@ -232,31 +212,8 @@ def _measured(
     cost = ProfilingCost(1, warmup, iters, time.perf_counter() - started)
     stats = _stats(name or type(model).__name__, disc, device, compute_ms)
     granularity = "leaves" if leaves else "modules"
-    notes = _notes(disc, device) + activation_note(peak, config, device.spec.memory_bytes)
+    notes = discovery_notes(disc, device) + activation_note(peak, config, device.spec.memory_bytes)
     return Compilation(stats, disc, device, cost, config, notes, granularity)
-
-
-def activation_note(
-    peak_bytes: int | None, config: OffloadConfig, memory_bytes: int
-) -> tuple[str, ...]:
-    """A note when the budget plus what timing saw activations take (beyond the reserve the
-    budget keeps) exceeds the device's memory (memory mode only: a latency plan has no budget)."""
-    if config.budget_bytes is not None:
-        budget = config.budget_bytes
-    elif config.max_gpu_mem_fraction is not None:
-        budget = int(config.max_gpu_mem_fraction * memory_bytes)
-    else:
-        return ()
-    kept = config.activation_reserve_bytes
-    if peak_bytes is None or peak_bytes <= kept or budget + peak_bytes - kept <= memory_bytes:
-        return ()
-    return (
-        f"activations took up to {format_bytes(peak_bytes)} of device memory while timing; with "
-        f"the budget ({format_bytes(budget)}, {format_bytes(kept) if kept else 'none'} of it kept "
-        f"for activations) that is more than the device's {format_bytes(memory_bytes)}: pass "
-        f"--activation-reserve {math.ceil(peak_bytes / 2**20)}MiB (more for larger inputs) or "
-        "a smaller budget",
-    )
 
 
 def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Profile:

@@ -198,7 +198,7 @@ def test_copy_stretches_are_cut_from_the_time_line():
 
 
 def test_activation_note_asks_for_a_reserve_only_when_the_budget_lacks_one():
-    from flextensor_compile.compile_api import activation_note
+    from flextensor_compile.compile_notes import activation_note
 
     peak, memory = 3 * 2**20 + 1, 10 * 2**20
     full = OffloadConfig(max_gpu_mem_fraction=0.9)  # 9 MiB of weights + 3 MiB > 10 MiB

@@ -1,0 +1,60 @@
+"""The notes `ftc profile` prints about a compilation: the device choice, what discovery kept
+resident and why, and activation memory the budget leaves no room for.
+
+Owns: the wording and the conditions of those notes.
+Must not know: rich, typer, the solver, how anything was measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+from flextensor_compile.config import OffloadConfig
+from flextensor_compile.discover import Discovery
+from flextensor_compile.measure import DeviceChoice
+from flextensor_compile.units import format_bytes
+
+__all__ = ["activation_note", "discovery_notes"]
+
+
+def discovery_notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
+    """The device choice's note and what discovery kept resident, and why."""
+    r = disc.report
+    notes = [device.note] if device.note else []
+    if r.unused:
+        notes.append(f"{len(r.unused)} selected modules never ran and stay resident: "
+                     f"{', '.join(r.unused[:3])}{' ...' if len(r.unused) > 3 else ''}")  # fmt: skip
+    if r.conditional:
+        notes.append(f"conditional traps kept resident: {', '.join(r.conditional[:3])}")
+    if r.cross_reads:
+        first = next(iter(r.cross_reads))
+        notes.append(f"{len(r.cross_reads)} tensors read outside their trap stay resident "
+                     f"(e.g. {first} read by {', '.join(r.cross_reads[first])})")  # fmt: skip
+    if r.split_ties:
+        notes.append(
+            f"tied weights shared across traps stay resident: {', '.join(r.split_ties[:3])}"
+        )
+    return tuple(notes)
+
+
+def activation_note(
+    peak_bytes: int | None, config: OffloadConfig, memory_bytes: int
+) -> tuple[str, ...]:
+    """A note when the budget plus what timing saw activations take (beyond the reserve the
+    budget keeps) exceeds the device's memory (memory mode only: a latency plan has no budget)."""
+    if config.budget_bytes is not None:
+        budget = config.budget_bytes
+    elif config.max_gpu_mem_fraction is not None:
+        budget = int(config.max_gpu_mem_fraction * memory_bytes)
+    else:
+        return ()
+    kept = config.activation_reserve_bytes
+    if peak_bytes is None or peak_bytes <= kept or budget + peak_bytes - kept <= memory_bytes:
+        return ()
+    return (
+        f"activations took up to {format_bytes(peak_bytes)} of device memory while timing; with "
+        f"the budget ({format_bytes(budget)}, {format_bytes(kept) if kept else 'none'} of it kept "
+        f"for activations) that is more than the device's {format_bytes(memory_bytes)}: pass "
+        f"--activation-reserve {math.ceil(peak_bytes / 2**20)}MiB (more for larger inputs) or "
+        "a smaller budget",
+    )

@@ -27,7 +27,7 @@ from flextensor_compile.model_file import Inputs, inputs_on, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, canonical_stats
 from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
-from flextensor_runtime.profile import PlanConfig, Profile
+from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
 
 __all__ = ["Compilation", "ProfilingCost", "ProgressSink", "collect_stats", "compile_profile",
            "instrumentation", "plan_command", "plan_stats", "summary_document"]  # fmt: skip
@@ -167,15 +167,18 @@ def _collect(
     device: DeviceChoice | None = None,
 ) -> Compilation:
     started = time.perf_counter()
+    # the tensors as the model was built (a placed copy is dense and ties only by object):
+    # what the profile records and the deployment binds against
+    entries = model_tensor_entries(model)
     if device is None:
-        weight_bytes = sum(e.bytes for e in model_tensor_entries(model) if e.tie is None)
+        weight_bytes = sum(e.bytes for e in entries if e.tie is None)
         device = choose_device(config, weight_bytes, is_meta_model(model))
     placed = None if device.measure_on is None else Residence(device.measure_on)
     try:  # on a GPU, discovery and timing there when the model fits; it goes back after
         if placed is not None and place_whole(placed, model):
             inputs = inputs_on(inputs, placed.device)
         return _measured(model, inputs, config, run, leaves, name, source, progress, device,
-                         started)  # fmt: skip
+                         started, entries)  # fmt: skip
     finally:
         if placed is not None:
             placed.restore()
@@ -184,13 +187,14 @@ def _collect(
 def _measured(
     model: nn.Module, inputs: Inputs, config: OffloadConfig, run: Callable[..., Any] | None,
     leaves: bool, name: str | None, source: str, progress: ProgressSink | None,
-    device: DeviceChoice, started: float,
+    device: DeviceChoice, started: float, entries: list[TensorEntry],
 ) -> Compilation:  # fmt: skip
     """Discovery, then timing (or the roofline), into the stats of one granularity."""
     if progress is not None:
         progress.start("discovery", 1)
     disc = discover(model, inputs, run, config.include_patterns, config.exclude_patterns,
-                    source=source, count_flops=device.measure_on is None, leaves=leaves)  # fmt: skip
+                    source=source, count_flops=device.measure_on is None, leaves=leaves,
+                    entries=entries)  # fmt: skip
     if progress is not None:
         progress.advance("discovery")
     warmup = iters = 0

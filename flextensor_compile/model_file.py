@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flextensor_runtime.errors import ModelFileError
+from flextensor_runtime.errors import BudgetError, ModelFileError
 
 __all__ = ["Inputs", "ModelSpec", "build_model", "call_run", "load_model_spec", "make_inputs",
            "normalize_inputs"]  # fmt: skip
@@ -236,6 +236,17 @@ def normalize_inputs(value: Any, source: str = "example_inputs") -> Inputs:
     return Inputs(value, (value,), {})
 
 
+def _raise_if_out_of_memory(exc: BaseException, source: str) -> None:
+    """Running out of GPU memory is not a fault of the inputs: say so, and what helps."""
+    import torch
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        raise BudgetError(
+            f"{source}: the forward ran out of GPU memory while profiling ({_cause(exc)}); free "
+            "GPU memory, use smaller example inputs, or time on the CPU with --device cpu"
+        ) from None
+
+
 def inputs_on(inputs: Inputs, device: Any) -> Inputs:
     """The inputs with every tensor on `device` (".to(device)"), in containers torch's pytree
     knows (tuple, list, dict, ...) and in mappings that move themselves with `.to` (a
@@ -265,6 +276,7 @@ def call_run(run: RunFn | None, model: Any, inputs: Inputs, source: str) -> Any:
     except ModelFileError:
         raise
     except (Exception, SystemExit) as exc:
+        _raise_if_out_of_memory(exc, source)
         if run is None:
             raise ModelFileError(
                 f"{source}: the model's forward rejected the example inputs: {_cause(exc)}; fix "

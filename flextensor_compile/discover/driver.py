@@ -26,6 +26,7 @@ from flextensor_compile.model_file import Inputs, call_run, inputs_on
 from flextensor_compile.stats import TensorStat
 from flextensor_runtime.errors import ModelFileError
 from flextensor_runtime.model_tensors import iter_model_tensors, model_tensor_entries
+from flextensor_runtime.profile import TensorEntry
 
 __all__ = ["Discovery", "DiscoveryReport", "discover", "is_meta_model", "to_meta_inputs"]
 
@@ -129,9 +130,12 @@ def discover(
     source: str = "model",
     count_flops: bool = False,
     leaves: bool = False,
+    entries: list[TensorEntry] | None = None,
 ) -> Discovery:
     """Run the workload once and return what it showed (`leaves`: traps at the leaf
-    granularity, `select_traps`). Costs exactly one `run()` call."""
+    granularity, `select_traps`). Costs exactly one `run()` call. `entries`: the model's
+    tensors as built (`model_tensor_entries`), when the model runs from placed copies whose
+    layout and ties differ (dense, tied only by object); default: taken from the model now."""
     meta = is_meta_model(model)
     if meta:
         inputs, count_flops = to_meta_inputs(inputs), True
@@ -148,7 +152,8 @@ def discover(
             f"{source}: no trap ran during the forward (patterns: {', '.join(sel.include) or 'none'});"
             " pass --include patterns that name modules the forward calls"
         )
-    assignment = assign_tensors(model_tensor_entries(model), sel, plan, dict(recorder.reads))
+    tensors = model_tensor_entries(model) if entries is None else entries
+    assignment = assign_tensors(tensors, sel, plan, dict(recorder.reads))
     report = _report(sel, plan, hooks, nested, assignment)
     return Discovery(
         plan=plan,

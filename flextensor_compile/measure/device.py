@@ -64,8 +64,9 @@ def _cpu(config: OffloadConfig, weight_bytes: int) -> DeviceChoice:
     )
     note = None
     if emulated:
+        why = "timing on the CPU (--device cpu)" if torch.cuda.is_available() else "no GPU"
         note = (
-            f"no GPU and no --target: planning for an emulated device with "
+            f"{why} and no --target: planning for an emulated device with "
             f"{format_bytes(spec.memory_bytes)} (the model's weight bytes) and host copies at "
             f"{format_rate(rate)}; pass --target or --device-memory to plan for a real GPU"
         )

@@ -121,8 +121,13 @@ def _one_iteration(
 
         def on_enter(name: str) -> None:
             if name in moving:
-                calls[name] = Residence(device)
-                calls[name].move(traps[name])
+                call = Residence(device)
+                try:
+                    call.move(traps[name])
+                except BaseException:  # no exit will come for a trap that never entered
+                    call.restore()
+                    raise
+                calls[name] = call
 
         def on_exit(name: str) -> None:
             if name in calls:

@@ -117,3 +117,36 @@ def test_a_placement_failing_part_way_puts_back_what_it_moved(monkeypatch) -> No
     with pytest.raises(torch.cuda.OutOfMemoryError):
         compile_profile(model, (torch.randint(0, 64, (2, 8)),), OffloadConfig(device="cpu"))
     assert {n: t.data_ptr() for n, t, _ in iter_model_tensors(model)} == storage
+
+
+def test_the_stats_record_the_model_as_built_not_its_placed_copies(monkeypatch) -> None:
+    # a placed copy is dense and shares no storage: the layout and ties the profile records
+    # (and the deployment binds against) must be the built model's
+    from flextensor_compile import compile_api
+    from flextensor_compile.measure.residence import Residence
+
+    class Clones(Residence):
+        def placed(self, tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.clone()
+
+    class Strided(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+            self.a.weight = torch.nn.Parameter(torch.randn(8, 16)[:, :8])  # a column slice
+            self.b.weight = torch.nn.Parameter(self.a.weight.data)  # one storage, two Parameters
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    def layout() -> dict[str, tuple]:
+        cfg = OffloadConfig(device="cpu", profiling_iters=1, warmup_iters=0)
+        c = compile_api.collect_stats(Strided(), (torch.randn(2, 8),), cfg)
+        return {t.name: (t.stride, t.tie) for trap in c.stats.traps for t in trap.tensors}
+
+    built = layout()
+    assert built["a.weight"][0] == (16, 1) and built["b.weight"][1] == "a.weight"
+    monkeypatch.setattr(compile_api, "Residence", Clones)
+    monkeypatch.setattr(compile_api, "place_whole", lambda r, model: r.move(model) or True)
+    assert layout() == built

@@ -214,3 +214,38 @@ def test_activation_note_asks_for_a_reserve_only_when_the_budget_lacks_one():
                           discover(models.Stack(), normalize_inputs(models.stack_inputs())),
                           iters=1, warmup=0, device=torch.device("cpu"))  # fmt: skip
     assert cpu.activation_peak_bytes is None
+
+
+def test_a_trap_copy_failing_part_way_puts_back_what_it_moved(monkeypatch):
+    # trap-by-trap timing: a trap's copy-in runs out of memory after its first tensor; no exit
+    # comes for a trap that never entered, so the entry itself puts the moved tensor back
+    from flextensor_compile.measure import timing
+    from flextensor_compile.measure.residence import Residence
+    from flextensor_runtime.errors import BudgetError
+
+    class FailsSecond(Residence):
+        def placed(self, tensor: torch.Tensor) -> torch.Tensor:
+            if len(self._params) > 1:  # recorded before it moves: one tensor already moved
+                raise torch.cuda.OutOfMemoryError("out of memory (stand-in)")
+            return tensor.clone()
+
+    model = models.Stack()
+    inputs = normalize_inputs(models.stack_inputs())
+    disc = discover(model, inputs)
+    storage = {n: p.data_ptr() for n, p in model.named_parameters()}
+    monkeypatch.setattr(timing, "Residence", FailsSecond)
+    with pytest.raises(BudgetError, match="ran out of GPU memory"):  # as the run reports it
+        timing._one_iteration(model, inputs, None, disc, torch.device("cpu"), True, "model")
+    assert {n: p.data_ptr() for n, p in model.named_parameters()} == storage
+
+
+def test_running_out_of_gpu_memory_is_not_blamed_on_the_inputs():
+    from flextensor_compile.model_file import call_run
+    from flextensor_runtime.errors import BudgetError
+
+    class Hungry(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(BudgetError, match=r"ran out of GPU memory.*--device cpu"):
+        call_run(None, Hungry(), normalize_inputs((torch.ones(1),)), "model.py")

@@ -1,10 +1,11 @@
-"""Where a model's tensors live while it is timed, and putting every one back afterwards.
+"""Where a model's tensors live while it is profiled, and putting every one back afterwards.
 
 Owns: moving a module's parameters (their data, so the Parameter objects stay), the inner tensor
 fields parameters carry (an FP8 `weight.scale`: `Module.to()` leaves those behind) and buffers to
 a device, remembering each original tensor, and restoring exactly those originals (their device,
-pinned or memory-mapped storage and values) for one module or for all. A tensor reached twice (a
-tied parameter, a buffer or inner field shared by two owners) moves once. Counting the bytes a placement would still move.
+pinned or memory-mapped storage and values) for one module or for all. A tensor reached twice
+(a tied parameter, a buffer or inner field shared by two owners) moves once. Counting the bytes
+a placement would still move.
 Must not know: traps, timing, clocks, the CLI.
 """
 

@@ -7,6 +7,7 @@ Must not know: how modules are chosen for wrapping (see `enable`), profile files
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -150,7 +151,9 @@ class AutoWrappedLinear(AutoTorchModule):
             )
         adapter = LoraAdapter(lora_A.detach(), lora_B.detach(), float(scale))
         check_adapter(adapter, self.in_features, self.out_features)
-        self.loras.append(adapter)
+        device = self.stages.computation.torch_device()  # moved once, not on every forward
+        self.loras.append(replace(adapter, lora_A=adapter.lora_A.to(device),
+                                  lora_B=adapter.lora_B.to(device)))  # fmt: skip
 
     def clear_loras(self) -> None:
         self.loras.clear()

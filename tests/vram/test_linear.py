@@ -287,6 +287,18 @@ def test_cuda_offload_promotion_and_fp8(linear) -> None:
 
 
 @pytest.mark.cuda
+def test_cuda_lora_adapters_live_on_the_computation_device(linear) -> None:
+    wrapped = AutoWrappedLinear(copy.deepcopy(linear), offload_device="cpu",
+                                computation_device="cuda")  # fmt: skip
+    a, b = torch.randn(2, 12), torch.randn(7, 2)
+    wrapped.add_lora(a, b, 0.5)  # host tensors: moved once, here
+    assert wrapped.loras[0].lora_A.device.type == wrapped.loras[0].lora_B.device.type == "cuda"
+    x = torch.randn(4, 12, device="cuda")
+    base = nn.functional.linear(x, linear.weight.cuda(), linear.bias.cuda())
+    torch.testing.assert_close(wrapped(x), base + (x @ a.cuda().t()) @ b.cuda().t() * 0.5)
+
+
+@pytest.mark.cuda
 def test_cuda_host_weights_built_on_the_cpu_are_pinned(linear) -> None:
     # offloaded to the CPU where they already are: pinned all the same, so the per-call copies
     # to the GPU are asynchronous

@@ -171,7 +171,7 @@ class Checkpoint:
 
     def _stage(self, st: StoredTensor) -> torch.Tensor:
         if self._staging is None or self._staging.numel() < st.nbytes:
-            self._staging = torch.empty(st.nbytes, dtype=torch.uint8)
+            self._staging = torch.empty(st.nbytes, dtype=torch.uint8, device="cpu")
         buf = self._staging[: st.nbytes]
         self._pread(st, buf)
         return buf.view(st.dtype).view(st.shape)

@@ -185,7 +185,7 @@ def select_token_indices(
                 f"random_seed={random_seed!r} is invalid; pass an int that fits in 64 bits"
             )
         generator = torch.Generator().manual_seed(random_seed)
-        chosen = torch.randperm(length, generator=generator)[:k].sort().values
+        chosen = torch.randperm(length, generator=generator, device="cpu")[:k].sort().values
         if device.type == "cuda":  # pinned, so the copy does not wait for the queued GPU work
             return chosen.pin_memory().to(device, non_blocking=True)
         return chosen.to(device)

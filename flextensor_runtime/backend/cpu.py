@@ -51,7 +51,7 @@ class CpuBackend(DeviceBackend):
         return False  # host tensors are the host copy, never counted as device memory
 
     def alloc_host(self, nbytes: int) -> torch.Tensor:
-        return torch.empty(nbytes, dtype=torch.uint8)
+        return torch.empty(nbytes, dtype=torch.uint8, device="cpu")
 
     def new_event(self) -> CpuEvent:
         return CpuEvent()

@@ -65,7 +65,7 @@ class CudaBackend(DeviceBackend):
         return t
 
     def alloc_host(self, nbytes: int) -> torch.Tensor:
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pinned)
+        return torch.empty(nbytes, dtype=torch.uint8, device="cpu", pin_memory=self.pinned)
 
     def new_event(self) -> torch.cuda.Event:
         return torch.cuda.Event()

@@ -98,7 +98,7 @@ class LayerWindow:
             if master.data.is_contiguous():
                 state.packed.setdefault(master.dtype, []).append(master)
         for dtype, params in state.packed.items():
-            flat = torch.empty(sum(p.numel() for p in params), dtype=dtype)
+            flat = torch.empty(sum(p.numel() for p in params), dtype=dtype, device="cpu")
             flat = self.backend.pin(flat) if pin_memory else flat
             offset = 0
             for p in params:

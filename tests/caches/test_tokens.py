@@ -265,3 +265,16 @@ def test_non_tensor_velocity_processed_or_compensation_are_clear_errors() -> Non
     _, seed = pruner.prune(hidden)
     with pytest.raises(TokenPruneError, match="restore got processed of type list"):
         pruner.restore([1.0], seed)  # type: ignore[arg-type]
+
+
+def test_host_buffers_stay_on_the_host_under_a_default_device() -> None:
+    # scripts that set torch.set_default_device("cuda"): the runtime's host-side tensors say
+    # device="cpu" ("meta" stands in for the GPU default here)
+    from flextensor_runtime.backend import CpuBackend
+
+    hidden = torch.randn(1, 10, 4)
+    expected = select_token_indices(hidden, 0.5, "random", random_seed=3)
+    with torch.device("meta"):
+        assert CpuBackend().alloc_host(8).device.type == "cpu"
+        got = select_token_indices(hidden, 0.5, "random", random_seed=3)
+    assert got.device.type == "cpu" and torch.equal(got, expected)

@@ -27,6 +27,7 @@ from flextensor_compile.discover.slots import attribute, drop_traps
 from flextensor_compile.measure.clock import clock_for
 from flextensor_compile.measure.residence import Residence, bytes_to_move
 from flextensor_compile.model_file import Inputs, call_run, inputs_on
+from flextensor_runtime.backend.cuda import allocatable_bytes
 
 __all__ = ["Timing", "measure_compute", "place_for_timing", "place_whole", "streamable_traps"]
 
@@ -55,12 +56,6 @@ def _move_except(residence: Residence, module: nn.Module, path: str, skip: set[s
     residence.move(module, recurse=False)
 
 
-def _cached_free_bytes(device: torch.device) -> int:
-    """Free device memory: the driver's plus what PyTorch's caching allocator holds unused."""
-    free = torch.cuda.mem_get_info(device)[0]
-    return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
-
-
 def place_for_timing(
     residence: Residence, model: nn.Module, discovery: Discovery, fit_bytes: int | None = None
 ) -> bool:
@@ -80,7 +75,7 @@ def place_for_timing(
 
 def _fits(model: nn.Module, device: torch.device, fit_bytes: int | None = None) -> bool:
     if fit_bytes is None:
-        fit_bytes = int(_FIT_SHARE * _cached_free_bytes(device))
+        fit_bytes = int(_FIT_SHARE * allocatable_bytes(device))
     return bytes_to_move(model, device) <= fit_bytes
 
 

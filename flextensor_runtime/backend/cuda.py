@@ -14,7 +14,15 @@ import torch
 from flextensor_runtime.backend.base import DeviceBackend
 from flextensor_runtime.errors import BackendUnavailableError
 
-__all__ = ["CudaBackend"]
+__all__ = ["CudaBackend", "allocatable_bytes"]
+
+
+def allocatable_bytes(device: torch.device) -> int:
+    """Device memory PyTorch can allocate now: the driver's free bytes plus what its caching
+    allocator holds unused (a model just moved off the device leaves it there)."""
+    free, _total = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(free) + max(0, int(cached))
 
 
 class CudaBackend(DeviceBackend):
@@ -36,11 +44,7 @@ class CudaBackend(DeviceBackend):
         self.copy_stream = torch.cuda.Stream(device=self.device)
 
     def free_bytes(self) -> int:
-        # the driver's free bytes miss what PyTorch's caching allocator holds unused (a model
-        # just moved off the device leaves it there); our buffers come from that cache first
-        free, _total = torch.cuda.mem_get_info(self.device)
-        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
-        return int(free) + max(0, int(cached))
+        return allocatable_bytes(self.device)
 
     def holds(self, tensor: torch.Tensor) -> bool:
         return tensor.device == self.device

@@ -80,7 +80,7 @@ class OffloadConfig:
     vram_spec: str | None = None
     host_memory_bytes: int | None = None
     vram_checkpoint: str | None = None
-    granularity: str = "modules"
+    granularity: str = "auto"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> OffloadConfig:
         _check_option_names(kwargs)

@@ -127,7 +127,7 @@ def profile(
     profiling_iters: int = typer.Option(5, "--profiling-iters", help="Timed iterations (median)."),
     warmup_iters: int = typer.Option(1, "--warmup-iters", help="Untimed iterations first."),
     device: str = typer.Option("auto", "--device", help="Where to time: auto, cpu or cuda."),
-    granularity: str = typer.Option("modules", "--granularity", help="Traps: modules (each selected module), leaves (the modules inside them that own the weights), or auto (both measured, the better plan kept)."),
+    granularity: str = typer.Option("auto", "--granularity", help="Traps: auto (default: module traps, and leaf traps too when the module plan stalls; the better plan kept), modules (each selected module), or leaves (the modules inside them that own the weights)."),
     save_stats: Path = typer.Option(None, "--save-stats", help="Also write the measurements (stats.json) for `ftc plan`."),
     output: Path = typer.Option(Path("profile.msgpack"), "-o", "--output", help="Where to write the profile."),
     seed: int = typer.Option(0, "--seed", help="Seed recorded in the plan (ties broken deterministically)."),

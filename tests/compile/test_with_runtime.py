@@ -72,7 +72,8 @@ def _fixed_timing(mode: str):
     from flextensor_runtime.profile import DeviceSpec, PlanConfig
     from profiles import tiny_transformer as module
 
-    cfg = OffloadConfig(max_gpu_mem_fraction=0.8, profiling_iters=1, warmup_iters=0)
+    cfg = OffloadConfig(max_gpu_mem_fraction=0.8, profiling_iters=1, warmup_iters=0,
+                        granularity="modules")  # fmt: skip
     measured = compile_profile(module.build_model(), module.example_inputs, cfg, run=module.run)
     stats = stats_from_profile(measured)
     stats = replace(stats, device=DeviceSpec("fixed", 1 << 30, 1e9, 0.0, (), "emulated"),

@@ -45,7 +45,7 @@ def test_plan_quality_bench_on_one_instance(
         assert row["auto_ratio"] == row[kept]
         assert row["auto_solve_ms"] == pytest.approx(row["solve_ms"] + row["leaf_solve_ms"])
     assert "leaves: median makespan/LB" in printed and "auto: median makespan/LB" in printed
-    assert "\ntargets: median makespan/LB <= 1.03" in printed and "  auto: median" in printed
+    assert "\ntargets: median makespan/LB <= 1.03" in printed and "  auto (the default): median" in printed
     reference = re.search(r"CPU reference .*: ([0-9.]+) ms on this machine", printed)
     assert reference is not None and float(reference.group(1)) > 0
 

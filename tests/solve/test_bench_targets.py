@@ -19,7 +19,7 @@ def test_targets_met() -> None:
     lines = target_lines(rows)
     assert lines[1] == ("  modules: median 1.020 met, worst 1.050 met, never worse than "
                         "FlexTensor: met (worse on 0 of 3)")  # fmt: skip
-    assert lines[2].startswith("  auto: median 1.010 met, worst 1.040 met")
+    assert lines[2].startswith("  auto (the default): median 1.010 met, worst 1.040 met")
     assert lines[3].endswith("at most 10.0 ms met (module traps, on this machine)")
 
 

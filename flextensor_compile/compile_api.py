@@ -276,6 +276,7 @@ def compile_profile(
 def instrumentation(compilation: Compilation, profile: Profile | None = None) -> dict[str, Any]:
     """How each component was configured, as a JSON-ready document (`--instrument DIR`)."""
     disc, dev, cfg = compilation.discovery, compilation.device, compilation.config
+    timed = dev.measure_on is not None  # else roofline times: no timed forwards
     doc: dict[str, Any] = {
         "config": cfg.as_dict(),
         "discovery": {
@@ -293,8 +294,10 @@ def instrumentation(compilation: Compilation, profile: Profile | None = None) ->
             "timing_source": dev.timing_source,
             "device": asdict(dev.spec),
             "target": asdict(dev.target) if dev.target else None,
-            "warmup_iters": compilation.cost.warmup_forwards,
-            "profiling_iters": compilation.cost.profiling_forwards,
+            # per measurement (`--granularity auto` may measure twice; `cost` counts both)
+            "warmup_iters": cfg.warmup_iters if timed else 0,
+            "profiling_iters": cfg.profiling_iters if timed else 0,
+            "measurements": compilation.cost.discovery_forwards,
             "cost": {**asdict(compilation.cost), "forwards": compilation.cost.forwards},
         },
         "plan": asdict(cfg.to_plan_config()),

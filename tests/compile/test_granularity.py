@@ -14,7 +14,7 @@ from torch import nn
 
 from flextensor_compile.cli.app import app
 from flextensor_compile.cli.errors import run_guarded
-from flextensor_compile.compile_api import collect_stats, compile_profile
+from flextensor_compile.compile_api import collect_stats, compile_profile, instrumentation
 from flextensor_compile.config import OffloadConfig
 from flextensor_compile.discover.patterns import leaf_traps, select_traps
 from flextensor_compile.emit import emit_profile
@@ -262,3 +262,17 @@ def test_a_lifted_layout_deploys_bit_identical_with_deferred_copies(early: bool)
     assert backend.ran > 0 and backend.most_queued > 1
     handle(model).remove()
     assert_same(model, before)
+
+
+def test_instrumentation_counts_iterations_per_measurement() -> None:
+    from profiles import tiny_transformer
+
+    weights = sum(p.numel() * p.element_size() for p in tiny_transformer.build_model().parameters())
+    # a slow link: the module plan stalls, so auto measures the leaf traps too
+    cfg = OffloadConfig(device="cpu", device_memory_bytes=weights, h2d_bytes_per_s=1e6,
+                        budget_bytes=weights * 7 // 10, warmup_iters=1, profiling_iters=2)  # fmt: skip
+    c = collect_stats(tiny_transformer.build_model(), tiny_transformer.example_inputs, cfg)
+    measurement = instrumentation(c)["measurement"]
+    assert measurement["measurements"] == 2 and c.cost.forwards == 2 * (1 + 1 + 2)
+    assert (measurement["warmup_iters"], measurement["profiling_iters"]) == (1, 2)
+    assert measurement["cost"]["forwards"] == 8

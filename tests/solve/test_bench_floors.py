@@ -44,11 +44,24 @@ def test_floors_command_on_one_instance(
     monkeypatch.setattr(sys, "argv", ["floors", "wan-14b-480p", "--fractions", "0.9"])
     floors.main()
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "copy model: curve" and "2 blocks/LB" in lines[1]
+    assert lines[0] == "copy model: curve" and "2 blocks/LB" in lines[1] and "2 any/LB" in lines[1]
     rows = [line.split() for line in lines[2:]]
     assert [r[:3] for r in rows] == [
         ["wan-14b-480p", "pcie4", "90%"],
         ["wan-14b-480p", "pcie5", "90%"],
     ]
     for row in rows:  # compute-bound: every column is at least the compute, here LB itself
-        assert all(float(v) >= 1 - 1e-3 for v in (row[4], row[6], row[8], row[9]))
+        assert all(float(v) >= 1 - 1e-3 for v in (row[4], row[6], row[8], row[9], row[10]))
+
+
+def test_any_size_floor_by_hand() -> None:
+    p = _problem(24_000)  # D = 6000 bytes at 1000 bytes/ms plus 0.1 ms a copy
+    # (6000 + 2x) (0.1 / x + 0.001) is least at x = sqrt(6000 * 0.1 / 0.002) = 547.7: between
+    # the integers 547 and 548, and below the best of the instance's own sizes (x = 1000: 8.8 ms)
+    ms, x = floors.any_size_floor_ms(p)
+    assert x in (547, 548)
+    assert ms == pytest.approx((6000 + 2 * x) * (0.1 / x + 0.001))
+    assert ms == pytest.approx(min((6000 + 2 * y) * (0.1 / y + 0.001) for y in range(1, 6001)))
+    assert ms < floors.block_floor_ms(p, 2)[0]
+    assert floors.any_size_floor_ms(_problem(24_000, compute_ms=1.0)) == (pytest.approx(10.0), x)
+    assert floors.any_size_floor_ms(_problem(40_000)) == (pytest.approx(1.0), 0)  # all resident

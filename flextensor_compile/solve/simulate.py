@@ -16,7 +16,6 @@ Must not know: tensors, bytes, blocks (block reuse is already encoded in `issue_
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 
 __all__ = ["ITERATIONS", "CopyJob", "Simulation", "simulate", "simulate_copies"]
@@ -58,44 +57,71 @@ def simulate_copies(compute_ms: tuple[float, ...], traps: list[int], issue_at: l
     """`simulate` of the jobs (traps[k], issue_at[k], copy_ms[k])."""
     n = len(compute_ms)
     order = sorted(range(len(traps)), key=traps.__getitem__)
-    issued_at: dict[int, list[int]] = defaultdict(list)
-    for k in order:
-        issued_at[issue_at[k]].append(k)
-    for i, ks in issued_at.items():  # the copies a trap's entry issues: by trap, from it on
-        ks.sort(key=lambda k: (traps[k] - i) % n)
     engine_free = 0.0
     copy_end = [-math.inf] * ((ITERATIONS + 1) * n)  # per global trap: when its last copy ends
-    spans: list[tuple[float, float]] = []  # the last iteration's
-    copies: list[tuple[int, int, float, float]] = []
-    prev_end = origin = 0.0
     for k in order:  # first iteration's cyclic prefetch
         if issue_at[k] > traps[k]:
             engine_free += copy_ms[k]
             copy_end[traps[k]] = engine_free
-    at_entry: list[list[tuple[int, int, float, int]]] = [[] for _ in range(n)]
-    for i, ks in issued_at.items():  # (job, its trap, its time, the trap + n when next round's)
-        at_entry[i] = [(k, traps[k], copy_ms[k], traps[k] if traps[k] >= i else traps[k] + n)
-                       for k in ks]  # fmt: skip
+    at_entry = _at_entry(n, order, traps, issue_at, copy_ms)
+    spans: list[tuple[float, float]] = []  # the last iteration's
+    copies: list[tuple[int, int, float, float]] = []
+    prev_end = origin = 0.0
     last = ITERATIONS - 1
     for r in range(ITERATIONS):
-        base = r * n
-        kept_from, kept_to = (last - r) * n, (last + 1 - r) * n  # the last iteration's traps
-        for i, (entries, trap_ms) in enumerate(zip(at_entry, compute_ms, strict=True)):
-            entry = prev_end
-            for k, trap, ms, need in entries:
-                start = entry if entry > engine_free else engine_free
-                engine_free = start + ms
-                copy_end[base + need] = engine_free  # copies run in issue order: it ends last
-                if kept_from <= need < kept_to:  # a copy the last iteration's traps read
-                    copies.append((k, trap, start, engine_free))
-            ready = copy_end[base + i]  # -inf (no copy): the trap starts as it is entered
-            start = entry if entry > ready else ready
-            prev_end = start + trap_ms
-            if r == last:
-                spans.append((start, prev_end))
+        # the copies the last iteration's traps read: next round's (issued in the round before
+        # the last), then the last round's own
+        kept = 1 if r == last - 1 else 0 if r == last else -1
+        engine_free, prev_end = _round(compute_ms, at_entry, copy_end, r * n, engine_free,
+                                       prev_end, kept, copies, spans if r == last else None)  # fmt: skip
         if r == last - 1:
             origin = prev_end
     return _last_iteration(compute_ms, spans, origin, copies)
+
+
+_Entry = tuple[int, int, float, int, int]  # (job, its trap, its time, need, next round's: 0/1)
+
+
+def _at_entry(n: int, order: list[int], traps: list[int], issue_at: list[int],
+              copy_ms: list[float]) -> list[list[_Entry]]:  # fmt: skip
+    """Per trap entry, the copies it issues, by trap from it on (`need`: the trap, + n when it
+    is next round's)."""
+    at_entry: list[list[_Entry]] = [[] for _ in range(n)]
+    cyclic = [0] * n  # per entry: how many of its copies (the first, in trap order) wrap around
+    for k in order:
+        i, trap = issue_at[k], traps[k]
+        if trap < i:
+            at_entry[i].append((k, trap, copy_ms[k], trap + n, 1))
+            cyclic[i] += 1
+        else:
+            at_entry[i].append((k, trap, copy_ms[k], trap, 0))
+    for i, c in enumerate(cyclic):
+        if c:  # from the entry's own trap on: the wrapped-around copies go last
+            entries = at_entry[i]
+            at_entry[i] = entries[c:] + entries[:c]
+    return at_entry
+
+
+def _round(compute_ms: tuple[float, ...], at_entry: list[list[_Entry]], copy_end: list[float],
+           base: int, engine_free: float, prev_end: float, kept: int,
+           copies: list[tuple[int, int, float, float]],
+           spans: list[tuple[float, float]] | None) -> tuple[float, float]:  # fmt: skip
+    """One iteration from global trap `base`: copies whose next-round flag is `kept` are
+    recorded in `copies`, the traps' spans in `spans` (when given); (engine free, last end)."""
+    for i, entries in enumerate(at_entry):
+        entry = prev_end
+        for k, trap, ms, need, nxt in entries:
+            start = entry if entry > engine_free else engine_free
+            engine_free = start + ms
+            copy_end[base + need] = engine_free  # copies run in issue order: it ends last
+            if nxt == kept:
+                copies.append((k, trap, start, engine_free))
+        ready = copy_end[base + i]  # -inf (no copy): the trap starts as it is entered
+        start = entry if entry > ready else ready
+        prev_end = start + compute_ms[i]
+        if spans is not None:
+            spans.append((start, prev_end))
+    return engine_free, prev_end
 
 
 def _last_iteration(
@@ -105,7 +131,8 @@ def _last_iteration(
     copies: list[tuple[int, int, float, float]],
 ) -> Simulation:
     entries = [origin] + [end for _, end in last[:-1]]
-    stalls = tuple([max(0.0, s - e) for (s, _), e in zip(last, entries, strict=True)])
+    waits = [s - e for (s, _), e in zip(last, entries, strict=True)]
+    stalls = tuple([w if w > 0.0 else 0.0 for w in waits])  # `max(0.0, w)`
     rel_copies = tuple([(t, a - origin, b - origin) for _, t, a, b in copies])
     return Simulation(
         makespan_ms=last[-1][1] - origin,

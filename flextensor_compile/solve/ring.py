@@ -19,8 +19,8 @@ Must not know: time beyond one trap's compute (for `ring_need`), budgets, the pr
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from operator import itemgetter
+from typing import NamedTuple
 
 from flextensor_compile.solve.problem import ALIGN_BYTES, Problem
 
@@ -30,10 +30,9 @@ _OWN = 1 << 62  # "held by the trap being placed": never overwritten by its own 
 _AVOID = _OWN - 1  # bytes the next trap (next iteration) reads: only if nothing else fits
 
 
-@dataclass(frozen=True)
-class RingPiece:
+class RingPiece(NamedTuple):
     """One transfer of the ring: a run of one trap's adjacent tensors at `offset` (in address
-    order)."""
+    order). A named tuple: a layout makes one per transfer, and a solve makes many layouts."""
 
     trap: int
     offset: int
@@ -196,13 +195,13 @@ def _mirror(problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes
     for order, chosen in enumerate(selection):
         if not chosen:
             continue
-        items = problem.traps[order].items
-        ranked = sorted(chosen, key=lambda k: (items[k].slot_bytes, k))
-        if sum(items[k].slot_bytes for k in ranked) > ring_bytes:
+        slots = problem.item_slot_bytes[order]
+        ranked = sorted(chosen, key=lambda k: (slots[k], k))
+        if sum([slots[k] for k in ranked]) > ring_bytes:
             return None
         at = ring_bytes if top else 0
         for k in ranked:
-            size = items[k].slot_bytes
+            size = slots[k]
             if top:
                 at -= size
                 out.append((order, k, at, size))
@@ -210,7 +209,7 @@ def _mirror(problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes
                 out.append((order, k, at, size))
                 at += size
         top = not top
-    out.sort(key=lambda x: (x[0], x[2]))
+    out.sort(key=itemgetter(0, 2))  # (trap, offset)
     return out
 
 
@@ -229,18 +228,19 @@ def ring_layout(
         placed = _mirror(problem, selection, ring_bytes)
     else:
         paint = _Paint(ring_bytes)
-        first, tail = n, 0
+        first, tail, slot_bytes = n, 0, problem.item_slot_bytes
         while first > 0 and tail < 2 * ring_bytes:
             first -= 1
-            tail += sum(problem.traps[first].items[k].slot_bytes for k in selection[first])
+            slots = slot_bytes[first]
+            tail += sum([slots[k] for k in selection[first]])
         if _place(problem, selection, paint, 0, first) is None:
             return None
         placed = _place(problem, selection, paint, n)
     if placed is None:
         return None
     pieces, ends = _pieces(placed, ring_bytes, n)  # a piece's items are adjacent: end - offset
-    return tuple(RingPiece(o, a, end - a, tuple(ks), i)
-                 for (o, a, ks, i), end in zip(pieces, ends, strict=True))  # fmt: skip
+    return tuple([RingPiece(o, a, end - a, tuple(ks), i)
+                  for (o, a, ks, i), end in zip(pieces, ends, strict=True)])  # fmt: skip
 
 
 def _pieces(placed: list[tuple[int, int, int, int]], ring_bytes: int, n: int

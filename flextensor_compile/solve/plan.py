@@ -10,7 +10,9 @@ Must not know: how the selection was chosen (strategies), the profile format.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import compress
 
 from flextensor_compile.solve.assign import assign_blocks, assigned_bytes
@@ -94,6 +96,13 @@ class PlanCache:
             ms = self.copy_times[nbytes] = bw.copy_ms(nbytes)
         return ms
 
+    def copies_ms(self, bw: BandwidthModel, sizes: Sequence[int]) -> list[float]:
+        """`copy_ms` of each size (one call for a whole schedule's copies)."""
+        times = self.copy_times
+        for nbytes in set(sizes).difference(times):
+            times[nbytes] = bw.copy_ms(nbytes)
+        return [times[nbytes] for nbytes in sizes]
+
 
 @dataclass(frozen=True)
 class Pick:
@@ -103,8 +112,8 @@ class Pick:
     slot_bytes: tuple[int, ...]  # per trap: packed size of its transfer (0: none)
     trap_streamed: tuple[int, ...]  # per trap: counted bytes it streams
 
-    @property
-    def streamed_bytes(self) -> int:
+    @cached_property
+    def streamed_bytes(self) -> int:  # read by every memory check of the pick: summed once
         return sum(self.trap_streamed)
 
 
@@ -170,12 +179,12 @@ def build_plan(
     a = assign_blocks(traps, sizes, n, num_blocks, order, problem.min_blocks)
     if a is None:
         return None
-    bw = problem.bandwidth
-    transfers = tuple(
-        PlannedTransfer(t, a.blocks[j], sizes[j], a.issue_at[j], a.release_after[j],
-                        cache.copy_ms(bw, sizes[j]), selection[t])
+    copy_ms = cache.copies_ms(problem.bandwidth, sizes)
+    transfers = tuple([
+        PlannedTransfer(t, a.blocks[j], sizes[j], a.issue_at[j], a.release_after[j], copy_ms[j],
+                        selection[t])
         for j, t in enumerate(traps)
-    )  # fmt: skip
+    ])  # fmt: skip
     return plan_of_transfers(problem, selection, strategy, a.block_bytes, transfers, cache)
 
 
@@ -199,9 +208,8 @@ def _simulated(problem: Problem, traps: list[int], issue_at: list[int], sizes: l
     key = tuple(zip(traps, issue_at, sizes, strict=True))
     sim = cache.simulations.get(key)
     if sim is None:
-        bw = problem.bandwidth
         sim = cache.simulations[key] = simulate_copies(
-            problem.trap_compute_ms, traps, issue_at, [cache.copy_ms(bw, s) for s in sizes]
+            problem.trap_compute_ms, traps, issue_at, cache.copies_ms(problem.bandwidth, sizes)
         )
     return sim
 
@@ -259,12 +267,12 @@ def _ring_plan(problem: Problem, selection: Selection, strategy: str,
                pieces: tuple[RingPiece, ...], resident: int, streamed: int,
                cache: PlanCache | None = None, sim: Simulation | None = None) -> Plan:  # fmt: skip
     ring = _ring_bytes(pieces)
-    bw, cache = problem.bandwidth, PlanCache() if cache is None else cache
-    transfers = tuple(
-        PlannedTransfer(x.trap, 0, x.bytes, x.issue_at, x.trap, cache.copy_ms(bw, x.bytes),
-                        x.items, x.offset)
-        for x in pieces
-    )  # fmt: skip
+    cache = PlanCache() if cache is None else cache
+    copy_ms = cache.copies_ms(problem.bandwidth, [x.bytes for x in pieces])
+    transfers = tuple([
+        PlannedTransfer(x.trap, 0, x.bytes, x.issue_at, x.trap, ms, x.items, x.offset)
+        for x, ms in zip(pieces, copy_ms, strict=True)
+    ])  # fmt: skip
     sim = _ring_simulation(problem, pieces, cache) if sim is None else sim
     peak = resident + ring + problem.reserve_bytes
     return Plan(strategy, selection, (ring,), transfers, resident, streamed, peak, sim)

@@ -78,8 +78,8 @@ class Problem:
     pinned: tuple[tuple[str, str], ...] = ()  # (tensor, reason) for tensors kept resident
     fraction_of_bytes: int | None = None  # device memory, when the budget is a --mem-fraction
 
-    @property
-    def compute_ms(self) -> float:
+    @cached_property
+    def compute_ms(self) -> float:  # read by every candidate's copy floor: summed once
         return sum(t.compute_ms for t in self.traps)
 
     @cached_property

@@ -267,9 +267,10 @@ def _bound_ms(p: Problem) -> float:
 def _copy_floor_ms(ctx: Context, sel: Selection) -> float:
     """No plan of `sel` runs faster: all compute, or every trap's copy back to back (a trap's
     tensors split over several copies only take longer)."""
-    p, copy_ms = ctx.problem, ctx.plans.copy_ms
+    p = ctx.problem
     pick = ctx.plans.pick(p, sel)  # per trap its transfer size (kept: `build_plan` reuses it)
-    return max(p.compute_ms, sum([copy_ms(p.bandwidth, s) for s in pick.slot_bytes if s]))
+    copies = [s for s in pick.slot_bytes if s]
+    return max(p.compute_ms, sum(ctx.plans.copies_ms(p.bandwidth, copies)))
 
 
 def _cannot_win(ctx: Context, sel: Selection, lay: Layout, best_ms: float) -> bool:

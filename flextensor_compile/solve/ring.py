@@ -61,6 +61,8 @@ class _Paint:
             end = a + size
             if end > ring:
                 break
+            if when[i] >= best_time:  # its latest writer is no older: not better
+                continue
             writers = when[i : bisect_left(starts, end, i + 1)]
             if own in writers:  # its latest writer counts as `_OWN`: never better
                 continue
@@ -139,6 +141,13 @@ def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
     trap's tensors already placed when that frees up no later than the trap's copy needs anyway
     (fewer, larger copies); in address order. None (state unchanged) when the free bytes are
     too fragmented."""
+    if len(chosen) == 1:  # one tensor: where its bytes free up first
+        size = sizes[0]
+        at, _ = paint.earliest(size, now, avoid)
+        if at < 0:
+            return None
+        paint.write(at, at + size, now)
+        return [(chosen[0], at, size)]
     saved = (list(paint.starts), list(paint.when))
     out: list[tuple[int, int, int]] = []
     runs: list[list[int]] = []  # [start, end] of the trap's placed bytes

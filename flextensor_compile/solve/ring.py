@@ -160,13 +160,17 @@ def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
             if at < 0:
                 paint.starts, paint.when = saved
                 return None
-            needed = max(needed, when)
+            if when > needed:
+                needed = when
         end = at + size
         paint.write(at, end, now)
         out.append((chosen[j], at, size))
         for run in runs:  # extend the run it touches, else start one
             if run[1] == at or run[0] == end:
-                run[0], run[1] = min(run[0], at), max(run[1], end)
+                if at < run[0]:
+                    run[0] = at
+                if end > run[1]:
+                    run[1] = end
                 break
         else:
             runs.append([at, end])
@@ -235,6 +239,12 @@ def ring_layout(
     ring_bytes -= ring_bytes % ALIGN_BYTES
     if mirrored:
         placed = _mirror(problem, selection, ring_bytes)
+        if placed is None:
+            return None
+        runs = _runs(placed)
+        paint, shift = _Paint(ring_bytes), 0  # the kept placement, repeated
+        for order, a, b, _, _ in runs:
+            paint.write(a, b, order)
     else:
         paint = _Paint(ring_bytes)
         first, tail, slot_bytes = n, 0, problem.item_slot_bytes
@@ -245,22 +255,23 @@ def ring_layout(
         if _place(problem, selection, paint, 0, first) is None:
             return None
         placed = _place(problem, selection, paint, n)
-    if placed is None:
-        return None
-    pieces, ends = _pieces(placed, ring_bytes, n)  # a piece's items are adjacent: end - offset
+        if placed is None:
+            return None
+        runs, shift = _runs(placed), n  # the kept pass painted each placed byte n + its trap
+    pieces, ends = _pieces(placed, runs, paint, n, shift)  # a piece's items are adjacent
     return tuple([RingPiece(o, a, end - a, tuple(ks), i)
                   for (o, a, ks, i), end in zip(pieces, ends, strict=True)])  # fmt: skip
 
 
-def _pieces(placed: list[tuple[int, int, int, int]], ring_bytes: int, n: int
+def _pieces(placed: list[tuple[int, int, int, int]], runs: list[tuple[int, int, int, int, int]],
+            cyclic: _Paint, n: int, shift: int
             ) -> tuple[list[tuple[int, int, list[int], int]], list[int]]:  # fmt: skip
     """(trap, offset, items, issue_at) of each transfer, and its end: a tensor is issued after the last
     writer of its bytes in steady state, and joins the transfer before it when that is its
-    trap's, issued at the same point and adjacent (a run inside one written stretch: at once)."""
-    runs = _runs(placed)
-    cyclic = _Paint(ring_bytes)  # the kept placement, repeated: last writers in steady state
-    for order, a, b, _, _ in runs:
-        cyclic.write(a, b, order)
+    trap's, issued at the same point and adjacent (a run inside one written stretch: at once).
+    `cyclic` holds, on every placed byte, `shift` + the last trap whose tensors cover it (the
+    previous iteration's last writer; what it holds elsewhere is never read); each trap done
+    paints its runs `shift` + n + trap, so this iteration's writers rank above."""
     starts, when = cyclic.starts, cyclic.when  # `write` updates them in place
     pieces: list[tuple[int, int, list[int], int]] = []
     ends: list[int] = []
@@ -268,7 +279,7 @@ def _pieces(placed: list[tuple[int, int, int, int]], ring_bytes: int, n: int
     written = 0  # runs before this one are painted as done
     for r, (order, a, b, lo, hi) in enumerate(runs):
         i = bisect_right(starts, a) - 1
-        if bisect_left(starts, b, i + 1) == i + 1:  # one last writer for the whole run
+        if i + 1 == len(starts) or starts[i + 1] >= b:  # one last writer for the whole run
             units = [(a, [x[1] for x in placed[lo:hi]], b, when[i])]
         else:  # per tensor: (offset, [item], end, latest writer of its bytes)
             units = [(at, [k], at + size, max(when[bisect_right(starts, at) - 1 :
@@ -286,7 +297,7 @@ def _pieces(placed: list[tuple[int, int, int, int]], ring_bytes: int, n: int
             last_end = end
         if r + 1 == len(runs) or runs[r + 1][0] != order:  # the trap is done: it writes
             for _, x, y, _, _ in runs[written : r + 1]:
-                cyclic.write(x, y, n + order)
+                cyclic.write(x, y, shift + n + order)
             written = r + 1
     return pieces, ends
 

@@ -51,13 +51,17 @@ def _profile(
     copy takes."""
     out = []
     copy_ms: dict[int, float] = {}  # tables repeat: each distinct sum's copy time once
+    distinct = list({id(t): t for t in tables}.values())  # identical traps share a table
+    index = {id(t): k for k, t in enumerate(distinct)}
+    which = [index[id(t)] for t in tables]
     for cap in caps:
-        picked = [t.sums[t.best_within(cap)] for t in tables]
+        each = [t.sums[t.best_within(cap)] for t in distinct]
+        picked = [each[k] for k in which]
         for s in picked:
             if s not in copy_ms:
                 copy_ms[s] = bw.copy_ms(s)
         copy = [copy_ms[s] for s in picked]
-        idle = sum(max(0.0, ms - c) for c, ms in zip(copy, before_ms, strict=True))
+        idle = sum([ms - c if ms > c else 0.0 for c, ms in zip(copy, before_ms, strict=True)])
         slow = sum(copy) - sum(picked) / bw.tail_bytes_per_ms  # latency, small-copy curve
         out.append((sum(picked), max(picked, default=0), idle + slow))
     return out
@@ -84,12 +88,16 @@ def paired_caps(
     caps = [_candidates(g) for g in groups]
     prof = [_profile(g, b, c, bw) for g, b, c in zip(groups, before, caps, strict=True)]
     best: tuple[float, int, int] | None = None
-    for i, (s0, b0, idle0) in enumerate(prof[0]):
-        for j, (s1, b1, idle1) in enumerate(prof[1]):
-            if s0 - b0 + s1 - b1 < need_bytes:
+    rate = bw.tail_bytes_per_ms
+    ones = [(s1 - b1, b1, idle1, cap1) for (s1, b1, idle1), cap1 in zip(prof[1], caps[1],
+                                                                          strict=True)]  # fmt: skip
+    for (s0, b0, idle0), cap0 in zip(prof[0], caps[0], strict=True):
+        short, need_b0 = need_bytes - (s0 - b0), need_bytes + b0
+        for spare1, b1, idle1, cap1 in ones:
+            if spare1 < short:  # s0 - b0 + s1 - b1 < need_bytes
                 continue
             # the plan streams about need + both blocks (the fit returns the excess)
-            score = (need_bytes + b0 + b1) / bw.tail_bytes_per_ms + idle0 + idle1
+            score = (need_b0 + b1) / rate + idle0 + idle1
             if best is None or score < best[0]:
-                best = (score, caps[0][i], caps[1][j])
+                best = (score, cap0, cap1)
     return None if best is None else (best[1], best[2])

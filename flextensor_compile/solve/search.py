@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from operator import itemgetter
 
 from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.families import Context
@@ -121,7 +122,7 @@ def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
         if smallest[o] <= slack and len(sel[o]) > 1:
             counted = item_bytes[o]
             options.extend([(counted[k], o, k) for k in sel[o] if counted[k] <= slack])
-    options.sort(key=lambda x: -x[0])
+    options.sort(key=itemgetter(0), reverse=True)  # largest first, stable
     removed: dict[int, set[int]] = {}
     for nbytes, o, k in options:
         left = len(sel[o]) - len(removed.get(o, ()))

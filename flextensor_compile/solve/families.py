@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from flextensor_compile.solve.cover import cover_sizes
-from flextensor_compile.solve.plan import Pick, PlanCache
+from flextensor_compile.solve.cover import cover_selections, cover_sizes
+from flextensor_compile.solve.plan import Pick, PlanCache, Selection
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.subset import SubsetTable
 
@@ -66,6 +66,17 @@ class Context:
     @cached_property
     def _within(self) -> dict[int, tuple[tuple[int, int, int], ...]]:
         return {}  # m -> `largest_within(m)`
+
+    @cached_property
+    def _covers(self) -> dict[tuple[int, int], tuple[Selection, ...]]:
+        return {}  # (m, staging bytes) -> `cover_selections`
+
+    def cover_selections(self, m: int, staging_bytes: int) -> tuple[Selection, ...]:
+        """`cover.cover_selections`, kept per solve (layouts that stage alike share them)."""
+        got = self._covers.get((m, staging_bytes))
+        if got is None:
+            got = self._covers[(m, staging_bytes)] = cover_selections(self, m, staging_bytes)
+        return got
 
     def largest_within(self, m: int) -> tuple[tuple[int, int, int], ...]:
         """(slot bytes, trap order, subset index) of each trap's largest subset within `m` slot
@@ -124,11 +135,16 @@ class Context:
         return tuple(sorted(chosen)), used, counted
 
     def mix(self, low: Pick, high: Pick, count: int, order: tuple[int, ...] = ()) -> Pick:
-        """`high`'s choice for the first `count` traps of `order` (default: the spread order),
-        `low`'s elsewhere."""
+        """`high`'s choice for the first `count` traps of `order` (default: the spread order; a
+        permutation of the traps), `low`'s elsewhere."""
+        order = order or self.spread
+        if count > len(order) - count:  # fewer to copy the other way round
+            low, high, changed = high, low, order[count:]
+        else:
+            changed = order[:count]
         sel, slots, streamed = list(low.selection), list(low.slot_bytes), list(low.trap_streamed)
         up_sel, up_slots, up_streamed = high.selection, high.slot_bytes, high.trap_streamed
-        for o in (order or self.spread)[:count]:
+        for o in changed:
             sel[o], slots[o], streamed[o] = up_sel[o], up_slots[o], up_streamed[o]
         return Pick(tuple(sel), tuple(slots), tuple(streamed))
 

@@ -193,22 +193,23 @@ def plan_of_transfers(problem: Problem, selection: Selection, strategy: str,
                       cache: PlanCache) -> Plan:  # fmt: skip
     """The plan of a schedule laid out elsewhere (`transfers` into blocks of `block_bytes`
     covering `selection`), simulated."""
-    sim = _simulated(problem, [x.trap for x in transfers], [x.issue_at for x in transfers],
-                     [x.bytes for x in transfers], cache)  # fmt: skip
+    sim = _simulated(problem, tuple([(x.trap, x.issue_at, x.bytes) for x in transfers]), cache)
     streamed = cache.pick(problem, selection).streamed_bytes
     resident = problem.total_bytes - streamed
     peak = resident + sum(block_bytes) + problem.reserve_bytes
     return Plan(strategy, selection, block_bytes, transfers, resident, streamed, peak, sim)
 
 
-def _simulated(problem: Problem, traps: list[int], issue_at: list[int], sizes: list[int],
-               cache: PlanCache) -> Simulation:  # fmt: skip
-    """The simulation of copies (traps[k], issue_at[k], sizes[k] bytes), from `cache` when the
-    same schedule was seen."""
-    key = tuple(zip(traps, issue_at, sizes, strict=True))
-    sim = cache.simulations.get(key)
+def _simulated(problem: Problem, copies: tuple[tuple[int, int, int], ...], cache: PlanCache
+               ) -> Simulation:  # fmt: skip
+    """The simulation of `copies` (trap, issue_at, bytes), from `cache` when the same schedule
+    was seen."""
+    sim = cache.simulations.get(copies)
     if sim is None:
-        sim = cache.simulations[key] = simulate_copies(
+        traps = [x[0] for x in copies]
+        issue_at = [x[1] for x in copies]
+        sizes = [x[2] for x in copies]
+        sim = cache.simulations[copies] = simulate_copies(
             problem.trap_compute_ms, traps, issue_at, cache.copies_ms(problem.bandwidth, sizes)
         )
     return sim
@@ -259,8 +260,7 @@ def _ring_bytes(pieces: tuple[RingPiece, ...]) -> int:
 
 def _ring_simulation(problem: Problem, pieces: tuple[RingPiece, ...], cache: PlanCache
                      ) -> Simulation:  # fmt: skip
-    return _simulated(problem, [x.trap for x in pieces], [x.issue_at for x in pieces],
-                      [x.bytes for x in pieces], cache)  # fmt: skip
+    return _simulated(problem, tuple([(x.trap, x.issue_at, x.bytes) for x in pieces]), cache)
 
 
 def _ring_plan(problem: Problem, selection: Selection, strategy: str,

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 from flextensor_compile.solve.assign import orders_for
-from flextensor_compile.solve.cover import cover_selections
 from flextensor_compile.solve.families import MIN_WINDOW_MS, CapFamily, Context, make_context
 from flextensor_compile.solve.grouping import grouped_plans
 from flextensor_compile.solve.paired import classes_of, paired_caps
@@ -146,7 +145,7 @@ def _cover(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     of m, or the ring's m plus its headroom) with transfers of at most m (`cover`)."""
     if lay[0] > 2 or not _copies_dominate(ctx):
         return
-    found = {sel for m in ctx.cover_sizes for sel in cover_selections(ctx, m, lay[0] * m + lay[2])}
+    found = {sel for m in ctx.cover_sizes for sel in ctx.cover_selections(m, lay[0] * m + lay[2])}
     for sel in sorted(found, key=lambda s: (_copy_floor_ms(ctx, s), s))[:_COVER_KEPT]:
         yield "global-tensor-selection", sel
 

@@ -121,9 +121,9 @@ def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Pai
         # would wait for this trap); within the iteration the next trap is placed after this one
         nxt = after[order]
         avoid = tuple((a, a + n) for o, _, a, n in out if o == nxt) if nxt <= order else ()
-        split = _split(paint, chosen, sizes, now, avoid)
+        split = _split(paint, order, chosen, sizes, now, avoid)
         if split is not None:
-            out.extend([(order, k, at, size) for k, at, size in split])
+            out.extend(split)
             continue
         at, _ = paint.earliest(sum(sizes), now, avoid)
         if at < 0:
@@ -135,21 +135,21 @@ def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Pai
     return out
 
 
-def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
-           avoid: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]] | None:  # fmt: skip
-    """The trap's tensors, largest first, each where its bytes free up first, or next to the
-    trap's tensors already placed when that frees up no later than the trap's copy needs anyway
-    (fewer, larger copies); in address order. None (state unchanged) when the free bytes are
-    too fragmented."""
+def _split(paint: _Paint, order: int, chosen: tuple[int, ...], sizes: list[int], now: int,
+           avoid: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int, int]] | None:  # fmt: skip
+    """Trap `order`'s tensors (trap, item, offset, slot bytes), largest first, each where its
+    bytes free up first, or next to the trap's tensors already placed when that frees up no
+    later than the trap's copy needs anyway (fewer, larger copies); in address order. None
+    (state unchanged) when the free bytes are too fragmented."""
     if len(chosen) == 1:  # one tensor: where its bytes free up first
         size = sizes[0]
         at, _ = paint.earliest(size, now, avoid)
         if at < 0:
             return None
         paint.write(at, at + size, now)
-        return [(chosen[0], at, size)]
+        return [(order, chosen[0], at, size)]
     saved = (list(paint.starts), list(paint.when))
-    out: list[tuple[int, int, int]] = []
+    out: list[tuple[int, int, int, int]] = []
     runs: list[list[int]] = []  # [start, end] of the trap's placed bytes
     needed = -1  # the latest availability among the trap's tensors placed so far
     for j in sorted(range(len(chosen)), key=sizes.__getitem__, reverse=True):  # stable
@@ -164,7 +164,7 @@ def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
                 needed = when
         end = at + size
         paint.write(at, end, now)
-        out.append((chosen[j], at, size))
+        out.append((order, chosen[j], at, size))
         for run in runs:  # extend the run it touches, else start one
             if run[1] == at or run[0] == end:
                 if at < run[0]:
@@ -174,7 +174,7 @@ def _split(paint: _Paint, chosen: tuple[int, ...], sizes: list[int], now: int,
                 break
         else:
             runs.append([at, end])
-    out.sort(key=itemgetter(1))  # address order
+    out.sort(key=itemgetter(2))  # address order
     return out
 
 
@@ -212,18 +212,20 @@ def _mirror(problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes
         ranked = sorted(chosen, key=lambda k: (slots[k], k))
         if sum([slots[k] for k in ranked]) > ring_bytes:
             return None
-        at = ring_bytes if top else 0
-        for k in ranked:
-            size = slots[k]
-            if top:
-                at -= size
-                out.append((order, k, at, size))
-            else:
-                out.append((order, k, at, size))
-                at += size
+        if top:
+            at, down = ring_bytes, []
+            for k in ranked:
+                at -= slots[k]
+                down.append((order, k, at, slots[k]))
+            down.sort(key=itemgetter(2))  # address order
+            out.extend(down)
+        else:
+            at = 0
+            for k in ranked:
+                out.append((order, k, at, slots[k]))
+                at += slots[k]
         top = not top
-    out.sort(key=itemgetter(0, 2))  # (trap, offset)
-    return out
+    return out  # by trap, then offset
 
 
 def ring_layout(

@@ -98,7 +98,7 @@ class Context:
         return cache[k]
 
     def exact(self, caps: tuple[float, ...]) -> Pick:
-        sel, slots, streamed = [], [], []
+        picked = []  # per trap: (subset, slot bytes, counted bytes)
         seen: dict[tuple[int, float], tuple[tuple[int, ...], int, int]] = {}
         for order, (kind, cap) in enumerate(zip(self.kind, caps, strict=True)):
             key = (kind, cap)  # identical traps under one cap pick the same
@@ -107,22 +107,19 @@ class Context:
                 table = self.tables[order]
                 k = table.best_within(cap)
                 got = seen[key] = (table.subsets[k], table.sums[k], self.counted_bytes(order, k))
-            sel.append(got[0])
-            slots.append(got[1])
-            streamed.append(got[2])
-        return Pick(tuple(sel), tuple(slots), tuple(streamed))
+            picked.append(got)
+        return _pick(picked)
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
-        sel, slots, streamed = [], [], []
+        picked = []  # per trap: (subset, slot bytes, counted bytes)
+        cache, kind = self.greedy_cache, self.kind
         for order, cap in enumerate(caps):
-            key = (self.kind[order], cap)  # identical traps under one cap pick the same
-            if key not in self.greedy_cache:
-                self.greedy_cache[key] = self._greedy_one(order, cap)
-            chosen, used, counted = self.greedy_cache[key]
-            sel.append(chosen)
-            slots.append(used)
-            streamed.append(counted)
-        return Pick(tuple(sel), tuple(slots), tuple(streamed))
+            key = (kind[order], cap)  # identical traps under one cap pick the same
+            got = cache.get(key)
+            if got is None:
+                got = cache[key] = self._greedy_one(order, cap)
+            picked.append(got)
+        return _pick(picked)
 
     def _greedy_one(self, order: int, cap: float) -> tuple[tuple[int, ...], int, int]:
         items = self.problem.traps[order].items
@@ -182,6 +179,14 @@ class Context:
             windows,
             lambda w: alpha * bw.bytes_within(x * w / mean_ms) + (1 - alpha) * bw.bytes_within(x),
         )
+
+
+def _pick(picked: list[tuple[tuple[int, ...], int, int]]) -> Pick:
+    """The pick of per-trap (subset, slot bytes, counted bytes)."""
+    if not picked:
+        return Pick((), (), ())
+    sel, slots, streamed = zip(*picked, strict=True)
+    return Pick(sel, slots, streamed)
 
 
 def _per_window(windows: tuple[float, ...], cap: Callable[[float], float]) -> tuple[float, ...]:

@@ -261,7 +261,8 @@ def ring_layout(
             return None
         runs, shift = _runs(placed), n  # the kept pass painted each placed byte n + its trap
     pieces, ends = _pieces(placed, runs, paint, n, shift)  # a piece's items are adjacent
-    return tuple([RingPiece(o, a, end - a, tuple(ks), i)
+    make = tuple.__new__  # `RingPiece._make` without its call: a layout has many pieces
+    return tuple([make(RingPiece, (o, a, end - a, tuple(ks), i))
                   for (o, a, ks, i), end in zip(pieces, ends, strict=True)])  # fmt: skip
 
 
@@ -326,6 +327,15 @@ def ring_need(problem: Problem, slot_bytes: tuple[int, ...],
     """Ring bytes that hold each streaming trap's transfer plus what the engine can copy of the
     next one while it is read (so copies never wait for a free byte while a trap computes); with
     `selection`, in whole tensors: the next trap's smallest tensors up to that amount."""
+    if selection is None:  # each transfer plus as much of the next (cyclically) as it hides
+        sizes = [s for s in slot_bytes if s]
+        if not sizes:
+            return 0
+        hides = [w for s, w in zip(slot_bytes, problem.compute_bytes, strict=True) if s]
+        nexts = sizes[1:] + sizes[:1]
+        holds = [s + (x if x < w else w) for s, x, w in zip(sizes, nexts, hides, strict=True)]
+        need = max(0, max(holds))
+        return -(-need // ALIGN_BYTES) * ALIGN_BYTES
     streaming = [(o, s, w) for o, (s, w) in enumerate(zip(slot_bytes, problem.compute_bytes,
                  strict=True)) if s]  # fmt: skip
     if not streaming:

@@ -99,9 +99,12 @@ class PlanCache:
     def copies_ms(self, bw: BandwidthModel, sizes: Sequence[int]) -> list[float]:
         """`copy_ms` of each size (one call for a whole schedule's copies)."""
         times = self.copy_times
-        for nbytes in set(sizes).difference(times):
-            times[nbytes] = bw.copy_ms(nbytes)
-        return [times[nbytes] for nbytes in sizes]
+        try:
+            return [times[nbytes] for nbytes in sizes]
+        except KeyError:  # sizes not timed yet
+            for nbytes in set(sizes).difference(times):
+                times[nbytes] = bw.copy_ms(nbytes)
+            return [times[nbytes] for nbytes in sizes]
 
 
 @dataclass(frozen=True)
@@ -255,7 +258,7 @@ def _busy_ms(sim: Simulation) -> float:
 
 
 def _ring_bytes(pieces: tuple[RingPiece, ...]) -> int:
-    return max(x.offset + x.bytes for x in pieces)  # bytes never reached stay free
+    return max([x.offset + x.bytes for x in pieces])  # bytes never reached stay free
 
 
 def _ring_simulation(problem: Problem, pieces: tuple[RingPiece, ...], cache: PlanCache

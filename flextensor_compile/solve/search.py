@@ -123,8 +123,11 @@ def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
             counted = item_bytes[o]
             options.extend([(counted[k], o, k) for k in sel[o] if counted[k] <= slack])
     options.sort(key=itemgetter(0), reverse=True)  # largest first, stable
+    least = options[-1][0] if options else 0
     removed: dict[int, set[int]] = {}
     for nbytes, o, k in options:
+        if slack < least:  # no option left fits
+            break
         left = len(sel[o]) - len(removed.get(o, ()))
         if nbytes <= slack and left > 1:
             removed.setdefault(o, set()).add(k)

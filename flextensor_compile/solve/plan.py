@@ -2,9 +2,10 @@
 
 Owns: the `Plan` dataclass and `build_plan`, which turns a streamed selection (per trap, which
 items stream) and a layout (a block count and order, or the ring: one block holding whatever
-the budget leaves) into blocks, a schedule and a simulation; the per-solve `PlanCache` (picks,
-copy times and simulations the candidates of one solve share); and the memory arithmetic
-(peak = resident + blocks + activation reserve).
+the budget leaves) into blocks, a schedule and a simulation; the ring's `RingCandidate` (a
+ring plan ranked before its transfers are made: a solve keeps one of many); the per-solve
+`PlanCache` (picks, copy times and simulations the candidates of one solve share); and the
+memory arithmetic (peak = resident + blocks + activation reserve).
 Must not know: how the selection was chosen (strategies), the profile format.
 """
 
@@ -27,12 +28,16 @@ __all__ = [
     "Plan",
     "PlanCache",
     "PlannedTransfer",
+    "Ranked",
+    "RingCandidate",
     "Selection",
     "build_plan",
+    "copies_of",
     "pick_memory",
     "pick_of",
     "plan_memory",
     "plan_of_transfers",
+    "ring_candidate",
 ]
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
@@ -218,11 +223,62 @@ def _simulated(problem: Problem, copies: tuple[tuple[int, int, int], ...], cache
     return sim
 
 
+@dataclass(frozen=True, eq=False)
+class RingCandidate:
+    """A ring plan before its transfers are made (a solve ranks many and keeps one): what
+    ranking reads, as the `Plan` has it, and `plan()`, the Plan itself."""
+
+    problem: Problem
+    selection: Selection
+    strategy: str
+    pieces: tuple[RingPiece, ...]
+    ring_bytes: int
+    resident_bytes: int
+    streamed_bytes: int
+    simulation: Simulation
+    cache: PlanCache
+
+    @property
+    def makespan_ms(self) -> float:
+        return self.simulation.makespan_ms
+
+    @property
+    def block_bytes(self) -> tuple[int, ...]:
+        return (self.ring_bytes,)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.resident_bytes + self.ring_bytes + self.problem.reserve_bytes
+
+    def rank_key(self) -> tuple[float, int, int, str]:
+        """`Plan.rank_key` of `plan()`."""
+        return (round(self.makespan_ms, 9), self.peak_bytes, self.streamed_bytes, self.strategy)
+
+    def plan(self) -> Plan:
+        return _ring_plan(self.problem, self.selection, self.strategy, self.pieces,
+                          self.resident_bytes, self.streamed_bytes, self.cache,
+                          self.simulation)  # fmt: skip
+
+
+Ranked = Plan | RingCandidate  # what a solve ranks: a ring plan's transfers wait for `plan()`
+
+
+def copies_of(plan: Ranked) -> int:
+    """How many copies a plan (or ring candidate) makes."""
+    return len(plan.pieces) if isinstance(plan, RingCandidate) else len(plan.transfers)
+
+
 def _build_ring(problem: Problem, selection: Selection, strategy: str,
                 cache: PlanCache) -> Plan | None:  # fmt: skip
-    """The ring plan: one block laid out in as much as the budget leaves (latency mode:
-    `ring_need` plus the largest transfer), placed by release and mirrored (the better kept),
-    then cut to the bytes the placement used."""
+    found = ring_candidate(problem, selection, strategy, cache)
+    return None if found is None else found.plan()
+
+
+def ring_candidate(problem: Problem, selection: Selection, strategy: str,
+                   cache: PlanCache) -> RingCandidate | None:  # fmt: skip
+    """The ring plan (as a candidate): one block laid out in as much as the budget leaves
+    (latency mode: `ring_need` plus the largest transfer), placed by release and mirrored (the
+    better kept), then cut to the bytes the placement used."""
     pick = cache.pick(problem, selection)
     if not pick.streamed_bytes:
         return None
@@ -249,8 +305,8 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str,
             best = (rank, pieces, sim)
     if best is None:
         return None
-    return _ring_plan(problem, selection, strategy, best[1], resident, pick.streamed_bytes,
-                      cache, best[2])  # fmt: skip
+    return RingCandidate(problem, selection, strategy, best[1], best[0][1], resident,
+                         pick.streamed_bytes, best[2], cache)  # fmt: skip
 
 
 def _busy_ms(sim: Simulation) -> float:

@@ -31,7 +31,18 @@ from flextensor_compile.solve.assign import orders_for
 from flextensor_compile.solve.families import MIN_WINDOW_MS, CapFamily, Context, make_context
 from flextensor_compile.solve.grouping import grouped_plans
 from flextensor_compile.solve.paired import classes_of, paired_caps
-from flextensor_compile.solve.plan import RING, Pick, Plan, Selection, build_plan, pick_of
+from flextensor_compile.solve.plan import (
+    RING,
+    Pick,
+    Plan,
+    Ranked,
+    RingCandidate,
+    Selection,
+    build_plan,
+    copies_of,
+    pick_of,
+    ring_candidate,
+)
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import budget_error, fit_level, peak_of
 from flextensor_runtime.errors import ConfigError
@@ -267,8 +278,7 @@ def _copy_floor_ms(ctx: Context, sel: Selection) -> float:
     """No plan of `sel` runs faster: all compute, or every trap's copy back to back (a trap's
     tensors split over several copies only take longer)."""
     p = ctx.problem
-    pick = ctx.plans.pick(p, sel)  # per trap its transfer size (kept: `build_plan` reuses it)
-    copies = [s for s in pick.slot_bytes if s]
+    copies = [s for s in ctx.plans.pick(p, sel).slot_bytes if s]  # the pick kept for `build_plan`
     return max(p.compute_ms, sum(ctx.plans.copies_ms(p.bandwidth, copies)))
 
 
@@ -284,7 +294,7 @@ def _cannot_win(ctx: Context, sel: Selection, lay: Layout, best_ms: float) -> bo
     return floor > best_ms + max(best_ms * 1e-9, 2e-9)
 
 
-def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
+def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
     """Every generator's plans for every block layout (one block only as a fallback when the ring
     is tried in memory mode); then the ring's (`_ring_plans`), unless the best plan is already
     within 0.1% of the bound, skipping selections whose copies alone take longer than the best
@@ -294,13 +304,14 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
     seen: set[tuple[Selection, tuple[int, str]]] = set()
     best = math.inf
 
-    def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Plan]:
+    def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Ranked]:
         for label, sel in _GENERATORS[name](ctx, lay):
             if (sel, lay[:2]) in seen or _cannot_win(ctx, sel, lay, min(best, floor)):
                 continue
             seen.add((sel, lay[:2]))
-            plan = build_plan(p, sel, lay[0], label, lay[1], cache=ctx.plans)
-            if plan is None or len(plan.block_bytes) < min(p.min_blocks, len(plan.transfers)):
+            plan = (ring_candidate(p, sel, label, ctx.plans) if lay[1] == RING
+                    else build_plan(p, sel, lay[0], label, lay[1], cache=ctx.plans))  # fmt: skip
+            if plan is None or len(plan.block_bytes) < min(p.min_blocks, copies_of(plan)):
                 continue
             if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:
                 yield plan
@@ -319,7 +330,7 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Plan]:
 
 
 def _ring_plans(ctx: Context, names: list[str],
-                plans: Callable[[str, Layout, float], Iterator[Plan]]) -> Iterator[Plan]:  # fmt: skip
+                plans: Callable[[str, Layout, float], Iterator[Ranked]]) -> Iterator[Ranked]:  # fmt: skip
     """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families
     only); in memory mode then, for the two whose ring plans simulate fastest, the same family
     fitted with headroom, so the ring has room to copy ahead: 1/8, 1/4, 1/2 and 1 x the largest
@@ -356,14 +367,14 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     return _solve(problem, strategy, grouped=True)
 
 
-def _best(plans: Iterable[Plan], best: Plan | None = None) -> Plan | None:
+def _best(plans: Iterable[Ranked], best: Ranked | None = None) -> Ranked | None:
     for plan in plans:
         if best is None or plan.rank_key() < best.rank_key():
             best = plan
     return best
 
 
-def _grouping_may_gain(ctx: Context, best: Plan | None) -> bool:
+def _grouping_may_gain(ctx: Context, best: Ranked | None) -> bool:
     """Grouped candidates are solved when copies dominate (coarse shapes then save staging) or
     when the best plan is not yet within `_GROUP_GAIN` of the bound."""
     gap = best is None or best.makespan_ms > _bound_ms(ctx.problem) * (1 + _GROUP_GAIN)
@@ -384,6 +395,6 @@ def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan:
         # ring assignment and nothing to stream, no layout makes a plan)
         best = build_plan(problem, tuple(() for _ in problem.traps), 1, strategy, "strict")
     if best is not None:
-        return best
+        return best.plan() if isinstance(best, RingCandidate) else best
     pairs = tuple(lay[:2] for lay in layouts(problem))
     raise budget_error(problem, strategy, DEFAULT_STRATEGY, pairs, nth_selection(problem, 2))

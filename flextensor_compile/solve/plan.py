@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
+from operator import itemgetter
 
 from flextensor_compile.solve.assign import assign_blocks, assigned_bytes
 from flextensor_compile.solve.bandwidth import BandwidthModel
@@ -43,6 +44,7 @@ __all__ = [
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
 _IDLE_TOLERANCE = 1e-3  # a ring plan this close to its busier lane is not also placed mirrored
 RING = "ring"  # the block order naming the ring layout (one block, tensors placed by release)
+_TRAP_ISSUE_BYTES = itemgetter(0, 4, 2)  # of a RingPiece: (trap, issue_at, bytes), a copy's key
 
 
 @dataclass(frozen=True)
@@ -319,7 +321,7 @@ def _ring_bytes(pieces: tuple[RingPiece, ...]) -> int:
 
 def _ring_simulation(problem: Problem, pieces: tuple[RingPiece, ...], cache: PlanCache
                      ) -> Simulation:  # fmt: skip
-    return _simulated(problem, tuple([(x.trap, x.issue_at, x.bytes) for x in pieces]), cache)
+    return _simulated(problem, tuple(map(_TRAP_ISSUE_BYTES, pieces)), cache)
 
 
 def _ring_plan(problem: Problem, selection: Selection, strategy: str,

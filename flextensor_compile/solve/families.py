@@ -93,8 +93,8 @@ class Context:
         """Counted bytes of trap `order`'s k-th subset-table entry."""
         cache = self.counted[order]
         if k not in cache:
-            items = self.problem.traps[order].items
-            cache[k] = sum(items[j].bytes for j in self.tables[order].subsets[k])
+            counted = self.problem.item_bytes[order]
+            cache[k] = sum([counted[j] for j in self.tables[order].subsets[k]])
         return cache[k]
 
     def exact(self, caps: tuple[float, ...]) -> Pick:

@@ -126,6 +126,13 @@ class Pick:
     def streamed_bytes(self) -> int:  # read by every memory check of the pick: summed once
         return sum(self.trap_streamed)
 
+    @cached_property
+    def packed(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(traps with a transfer, their transfer sizes): what block layouts assign (each
+        layout checks the pick's memory: packed once)."""
+        slots = self.slot_bytes
+        return tuple(compress(range(len(slots)), slots)), tuple(filter(None, slots))
+
 
 def pick_of(problem: Problem, selection: Selection) -> Pick:
     slots, streamed = [], []
@@ -140,11 +147,6 @@ def pick_of(problem: Problem, selection: Selection) -> Pick:
     return Pick(selection, tuple(slots), tuple(streamed))
 
 
-def _packed(pick: Pick) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    slots = pick.slot_bytes
-    return tuple(compress(range(len(slots)), slots)), tuple(filter(None, slots))
-
-
 def pick_memory(
     problem: Problem, pick: Pick, num_blocks: int, order: str = "least-growth"
 ) -> int | None:
@@ -153,7 +155,7 @@ def pick_memory(
     if order == RING:
         resident = problem.total_bytes - pick.streamed_bytes
         return resident + ring_need(problem, pick.slot_bytes) + problem.reserve_bytes
-    traps, sizes = _packed(pick)
+    traps, sizes = pick.packed
     blocks = assigned_bytes(traps, sizes, len(problem.traps), num_blocks, order,
                             problem.min_blocks)  # fmt: skip
     if blocks is None:
@@ -184,7 +186,7 @@ def build_plan(
     if order == RING:
         return _build_ring(problem, selection, strategy, cache)
     pick = cache.pick(problem, selection)
-    traps, sizes = _packed(pick)
+    traps, sizes = pick.packed
     n = len(problem.traps)
     a = assign_blocks(traps, sizes, n, num_blocks, order, problem.min_blocks)
     if a is None:

@@ -209,7 +209,7 @@ def _mirror(problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes
         if not chosen:
             continue
         slots = problem.item_slot_bytes[order]
-        ranked = sorted(chosen, key=lambda k: (slots[k], k))
+        ranked = sorted(sorted(chosen), key=slots.__getitem__)  # by size, then index
         if sum([slots[k] for k in ranked]) > ring_bytes:
             return None
         if top:

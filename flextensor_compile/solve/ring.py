@@ -261,8 +261,7 @@ def ring_layout(
             return None
         runs, shift = _runs(placed), n  # the kept pass painted each placed byte n + its trap
     pieces, ends = _pieces(placed, runs, paint, n, shift)  # a piece's items are adjacent
-    make = tuple.__new__  # `RingPiece._make` without its call: a layout has many pieces
-    return tuple([make(RingPiece, (o, a, end - a, tuple(ks), i))
+    return tuple([RingPiece(o, a, end - a, tuple(ks), i)
                   for (o, a, ks, i), end in zip(pieces, ends, strict=True)])  # fmt: skip
 
 

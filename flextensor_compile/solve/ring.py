@@ -326,33 +326,26 @@ def ring_need(problem: Problem, slot_bytes: tuple[int, ...],
     """Ring bytes that hold each streaming trap's transfer plus what the engine can copy of the
     next one while it is read (so copies never wait for a free byte while a trap computes); with
     `selection`, in whole tensors: the next trap's smallest tensors up to that amount."""
-    if selection is None:  # each transfer plus as much of the next (cyclically) as it hides
-        sizes = [s for s in slot_bytes if s]
-        if not sizes:
-            return 0
-        hides = [w for s, w in zip(slot_bytes, problem.compute_bytes, strict=True) if s]
-        nexts = sizes[1:] + sizes[:1]
-        holds = [s + (x if x < w else w) for s, x, w in zip(sizes, nexts, hides, strict=True)]
-        need = max(0, max(holds))
-        return -(-need // ALIGN_BYTES) * ALIGN_BYTES
     streaming = [(o, s, w) for o, (s, w) in enumerate(zip(slot_bytes, problem.compute_bytes,
                  strict=True)) if s]  # fmt: skip
     if not streaming:
         return 0
-    need = 0
-    nxt_order, nxt = streaming[0][0], streaming[0][1]  # cyclically, the first follows the last
-    for order, s, within in reversed(streaming):
-        ahead = nxt if nxt < within else within
-        if selection is not None and ahead:
-            items = problem.traps[nxt_order].items
-            run = 0
-            for size in sorted(items[k].slot_bytes for k in selection[nxt_order]):
-                run += size
-                if run >= ahead:
-                    break
-            ahead = run
-        held = s + ahead
-        if held > need:
-            need = held
-        nxt_order, nxt = order, s
+    nexts = streaming[1:] + streaming[:1]  # cyclically, the first follows the last
+    need = max([s + _ahead(problem, selection, o, x if x < w else w)
+                for (_, s, w), (o, x, _) in zip(streaming, nexts, strict=True)])  # fmt: skip
     return -(-need // ALIGN_BYTES) * ALIGN_BYTES
+
+
+def _ahead(problem: Problem, selection: tuple[tuple[int, ...], ...] | None, order: int,
+           ahead: int) -> int:  # fmt: skip
+    """What the engine copies of trap `order`'s transfer ahead of it: `ahead` bytes, or with
+    `selection` its smallest tensors up to at least that."""
+    if selection is None or not ahead:
+        return ahead
+    items = problem.traps[order].items
+    run = 0
+    for size in sorted(items[k].slot_bytes for k in selection[order]):
+        run += size
+        if run >= ahead:
+            break
+    return run

@@ -172,7 +172,9 @@ def smallest_near_fastest(points: tuple[SweepPoint, ...], within: float) -> Swee
     return min(near, key=lambda p: (p.budget_bytes, p.fraction))
 
 
-def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> Path:
+def plot_sweep(
+    points: tuple[SweepPoint, ...], path: str | os.PathLike[str], image_format: str | None = None
+) -> Path:
     """Makespan, the staging bound and stall (upper panel) and streamed GiB (lower panel, same
     budget axis: on one axis the two lines, both falling with the budget, hide each other), and
     the smallest budget within 5% of the fastest plan marked in both."""
@@ -200,6 +202,6 @@ def plot_sweep(points: tuple[SweepPoint, ...], path: str | os.PathLike[str]) -> 
     low.set_xlabel("budget (GiB)")
     fig.tight_layout()
     target = Path(path)
-    fig.savefig(target, dpi=120)
+    fig.savefig(target, dpi=120, format=image_format)
     plt.close(fig)
     return target

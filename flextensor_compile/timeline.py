@@ -46,9 +46,12 @@ def import_pyplot() -> Any:
     return plt
 
 
-def plot_timeline(profile: Profile, path: str | os.PathLike[str]) -> Path:
-    """Draw one steady-state iteration (compute lane above, copy lane below) to a PNG; copies
-    issued in the iteration before are drawn where they run for the next one (`one_period`)."""
+def plot_timeline(
+    profile: Profile, path: str | os.PathLike[str], image_format: str | None = None
+) -> Path:
+    """Draw one steady-state iteration (compute lane above, copy lane below) to an image in
+    `image_format` (None: from the suffix); copies issued in the iteration before are drawn
+    where they run for the next one (`one_period`)."""
     plt = import_pyplot()
     sim = simulate_profile(profile)
     fig, ax = plt.subplots(figsize=(12, 2.8))
@@ -74,7 +77,7 @@ def plot_timeline(profile: Profile, path: str | os.PathLike[str]) -> Path:
     ax.set_xlim(0.0, sim.makespan_ms)
     fig.tight_layout()
     target = Path(path)
-    fig.savefig(target, dpi=120)
+    fig.savefig(target, dpi=120, format=image_format)
     plt.close(fig)
     return target
 

@@ -2,20 +2,29 @@
 and the temp-then-rename write every output goes through.
 
 Owns: one-line errors for an output file whose folder is missing or not writable, an output
-file that names a folder, an output folder that names a file, an output that names an input (or
-another output) of the same command, and an image whose format matplotlib cannot write; and
-`atomic_output`, which makes a file appear whole or not at all (an error or Ctrl-C leaves the old
-file, or none, and no temp file). Must not know: what is written.
+file that names a folder, a block device or a socket, an output folder that names a file, an
+output that names an input (or another output) of the same command, and an image whose format
+matplotlib cannot write; `image_format`, the format an image path asks for; and `atomic_output`,
+which makes a file appear whole or not at all (an error or Ctrl-C leaves the old file, or none,
+and no temp file; a symlink is written through, `/dev/null` or a pipe written in place).
+Must not know: what is written.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from flextensor_runtime.atomic_file import (
+    IN_PLACE_KINDS,
+    check_output_target,
+    output_kind,
+    write_in_place,
+)
 from flextensor_runtime.errors import ConfigError
 
 __all__ = [
@@ -24,11 +33,13 @@ __all__ = [
     "check_image_file",
     "check_output_dir",
     "check_output_file",
+    "image_format",
 ]
 
 # What `Figure.savefig` writes without extra packages (its format comes from the suffix).
+# (Not .pgf: it needs a LaTeX install, so it would fail only after all the work.)
 _IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif",
-                   ".tiff", ".webp", ".pgf", ".raw", ".rgba")  # fmt: skip
+                   ".tiff", ".webp", ".raw", ".rgba")  # fmt: skip
 
 
 def _check_parent(path: Path, option: str) -> None:
@@ -49,13 +60,16 @@ def _check_parent(path: Path, option: str) -> None:
 
 
 def check_output_file(path: Path | None, option: str, example: str) -> None:
-    """`path` can be written as a file: its folder exists and is writable, it is not a folder.
-    `example` is a file name to suggest inside a folder given by mistake."""
+    """`path` can be written as a file: its folder exists and is writable, it is not a folder,
+    a block device or a socket (a character device or pipe, e.g. `/dev/null`, is written in
+    place). `example` is a file name to suggest inside a folder given by mistake."""
     if path is None:
         return
-    if path.is_dir():
+    kind = check_output_target(path, f"{option} {path}")
+    if kind == "folder":
         raise ConfigError(f"{option} {path} is a folder; give a file path, e.g. {path / example}")
-    _check_parent(path, option)
+    if kind not in IN_PLACE_KINDS:
+        _check_parent(Path(os.path.realpath(path)) if path.is_symlink() else path, option)
 
 
 def check_image_file(path: Path | None, option: str) -> None:
@@ -84,6 +98,8 @@ def check_output_dir(path: Path | None, option: str) -> None:
 
 
 def _same_file(a: Path, b: Path) -> bool:
+    if output_kind(a) == "character device":  # `/dev/null` twice is fine: nothing is replaced
+        return False
     if a.exists() and b.exists():
         return os.path.samefile(a, b)
     return a.resolve() == b.resolve()
@@ -111,15 +127,28 @@ def check_distinct(
         seen.append((option, path))
 
 
+def image_format(path: Path) -> str:
+    """The format to draw `path` in: its suffix, or PNG when it has none (the temp file it is
+    drawn to first has its own suffix, so writers are told the format, never left to guess)."""
+    return path.suffix.lower().lstrip(".") or "png"
+
+
 @contextmanager
 def atomic_output(path: Path) -> Iterator[Path]:
-    """Yield a temp path in `path`'s folder (same suffix, so writers that choose a format by
-    suffix still do); on success it replaces `path`, on any error or interrupt it is removed.
-    The file is created by the writer, so its mode follows the umask like any other file."""
-    tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
+    """Yield a temp path in the folder of the file `path` names (through symlinks); on success
+    it replaces that file, on any error or interrupt it is removed. A character device or pipe
+    (`/dev/null`) is not replaced: the temp file is drawn in the system temp folder and copied
+    into it. The file is created by the writer, so its mode follows the umask like any other."""
+    in_place = check_output_target(path) in IN_PLACE_KINDS
+    real = Path(tempfile.gettempdir()) / path.name if in_place else Path(os.path.realpath(path))
+    tmp = real.with_name(f".{real.stem}.{secrets.token_hex(4)}.tmp{real.suffix}")
     try:
         yield tmp
-        os.replace(tmp, path)
+        if in_place:
+            write_in_place(path, tmp.read_bytes())
+            tmp.unlink()
+        else:
+            os.replace(tmp, real)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -84,7 +84,7 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
-    from flextensor_compile.cli.paths import atomic_output
+    from flextensor_compile.cli.paths import atomic_output, image_format
     from flextensor_compile.cli.render import print_json
     from flextensor_compile.sweep import plot_sweep
     from flextensor_compile.sweep import sweep as run_sweep
@@ -97,7 +97,7 @@ def sweep(
         points = run_sweep(stats, config, budgets, lambda: bars.advance("sweep"), jobs)
     if plot is not None:
         with atomic_output(plot) as tmp:
-            plot_sweep(points, tmp)
+            plot_sweep(points, tmp, image_format(plot))
     if as_json:
         print_json([asdict(p) for p in points])
     else:

@@ -3,6 +3,8 @@ given as a folder are one `invalid option` line, exit code 1, and nothing is wri
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,68 @@ def test_an_unwritable_folder_is_one_line_before_building(
     )
     _profile_refuses(tmp_path, capsys, args, cause)
     assert list(locked.iterdir()) == []
+
+
+STATS = ROOT / "profiles" / "tiny_transformer.stats.json"
+PROFILE = ROOT / "profiles" / "tiny_transformer.f60.msgpack"
+
+
+def test_a_symlinked_output_is_written_through(tmp_path, capsys) -> None:
+    """The link's file gets the profile; the link stays a link (not replaced by a file)."""
+    real, link = tmp_path / "real.msgpack", tmp_path / "link.msgpack"
+    real.write_bytes(b"old")
+    link.symlink_to(real.name)
+    code, err = _run(capsys, ["plan", str(STATS), "-o", str(link)])
+    assert code == 0, err
+    assert link.is_symlink() and real.read_bytes()[:1] != b"o"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.msgpack", "real.msgpack"]
+
+
+def test_a_named_pipe_output_is_written_in_place(tmp_path, capsys) -> None:
+    """A pipe (like `/dev/null` or `/dev/stdout`) is written to, not replaced by a file; with
+    nobody reading it the command stops at once with one line, it does not hang."""
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    code, err = _run(capsys, ["plan", str(STATS), "-o", str(pipe)])
+    assert code == 1 and err.startswith("ftc: invalid option: ") and "no process is reading" in err
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        code, err = _run(capsys, ["inspect", str(PROFILE), "--timeline", str(pipe)])
+    finally:
+        if reader.is_alive() and code != 0:
+            os.close(os.open(pipe, os.O_WRONLY))  # release the reader
+        reader.join(timeout=30)
+    assert code == 0, err
+    assert got and got[0].startswith(b"\x89PNG") and stat.S_ISFIFO(pipe.lstat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_socket_output_is_refused_before_any_work(tmp_path, capsys) -> None:
+    import socket
+
+    path = tmp_path / "s.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        code, err = _run(capsys, ["plan", str(STATS), "-o", str(path)])
+    assert code == 1 and err == (
+        f"ftc: invalid option: -o {path}: '{path}' is a socket, not a file; give a file path"
+    )
+
+
+def test_an_image_without_a_suffix_is_a_png(tmp_path, capsys) -> None:
+    """The format comes from the path the user gave, not from the temp file drawn first."""
+    out = tmp_path / "timeline"
+    code, err = _run(capsys, ["inspect", str(PROFILE), "--timeline", str(out)])
+    assert code == 0, err
+    assert out.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["timeline"]
+
+
+def test_an_image_format_that_needs_latex_is_refused_up_front(tmp_path, capsys) -> None:
+    code, err = _run(capsys, ["sweep", str(STATS), "--plot", str(tmp_path / "s.pgf")])
+    assert code == 1 and err.startswith("ftc: invalid option: --plot ") and ".pgf" in err
+    assert list(tmp_path.iterdir()) == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flextensor_runtime.errors import ProfileFormatError
+from flextensor_runtime.errors import ConfigError, ProfileFormatError
 from flextensor_runtime.profile import dumps, load, loads, save
 from profiles.golden import format_golden
 
@@ -113,3 +113,30 @@ def test_a_failed_write_keeps_the_old_file_and_no_temp_file(
         save(format_golden(), target)
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.msgpack"]
+
+
+def test_save_through_a_symlink_keeps_the_link(tmp_path: Path) -> None:
+    (tmp_path / "real.msgpack").write_bytes(b"old")
+    link = tmp_path / "link.msgpack"
+    link.symlink_to("real.msgpack")
+    save(format_golden(), link)
+    assert link.is_symlink() and load(tmp_path / "real.msgpack") == format_golden()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.msgpack", "real.msgpack"]
+
+
+def test_save_to_a_pipe_nobody_reads_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(ConfigError, match="no process is reading"):
+        save(format_golden(), pipe)
+    assert stat.S_ISFIFO(pipe.lstat().st_mode)
+
+
+def test_a_full_device_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match=r"p\.msgpack"):
+        save(format_golden(), tmp_path / "p.msgpack")
+    assert list(tmp_path.iterdir()) == []

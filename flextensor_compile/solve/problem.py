@@ -153,6 +153,12 @@ def _budget(stats: Stats, config: PlanConfig) -> int | None:
             raise ConfigError(
                 f"mem fraction must be in (0, 1], got {config.mem_fraction}; e.g. --mem-fraction 0.6"
             )
+        if stats.device.memory_bytes <= 0:
+            raise ConfigError(
+                f"--mem-fraction is a fraction of the device's memory, and these measurements "
+                f"do not record it ({stats.device.name}: {stats.device.memory_bytes} bytes); "
+                "pass --budget instead, e.g. --budget 6GiB"
+            )
         return int(config.mem_fraction * stats.device.memory_bytes)
     return None
 

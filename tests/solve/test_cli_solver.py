@@ -187,6 +187,22 @@ def test_budget_error_names_the_mem_fraction_that_fits(tmp_path: Path) -> None:
     assert isinstance(low.exception, BudgetError)  # and it is the smallest at 0.01 steps
 
 
+def test_mem_fraction_of_a_profile_without_device_memory_asks_for_a_budget(
+    tmp_path: Path,
+) -> None:
+    """A profile may record no device memory (0 bytes): a fraction of it is no budget."""
+    src = Path(__file__).parents[2] / "profiles" / "tiny_transformer.f60.msgpack"
+    profile = load(src)
+    zero = tmp_path / "zero.msgpack"
+    from flextensor_runtime.profile import save
+
+    save(replace(profile, device=replace(profile.device, memory_bytes=0)), zero)
+    out = tmp_path / "p.msgpack"
+    result = runner.invoke(app, ["plan", str(zero), "--mem-fraction", "0.5", "-o", str(out)])
+    assert result.exit_code != 0 and not out.exists()
+    assert "pass --budget instead" in str(result.exception), result.exception
+
+
 def test_strategy_help_lists_every_strategy() -> None:
     from flextensor_compile.cli.profile_cmd import STRATEGY_HELP
     from flextensor_compile.config import STRATEGIES as CONFIG_STRATEGIES

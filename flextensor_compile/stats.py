@@ -36,6 +36,7 @@ from flextensor_runtime.profile import (
     BandwidthPoint,
     DeviceSpec,
 )
+from flextensor_runtime.profile.fields import MAX_BYTES, MAX_COUNT, MAX_NUMBER, MIN_RATE
 
 __all__ = ["Stats", "TensorStat", "TrapStat", "canonical_stats", "load_stats", "save_stats",
            "stats_from_json", "stats_to_json"]  # fmt: skip
@@ -77,37 +78,36 @@ class Stats:
     timing_source: str = "stats"
 
 
-_MAX_NUMBER = 2**63  # the profile stores sizes as 64-bit integers
-
-
 def _err(where: str, message: str) -> StatsFormatError:
     return StatsFormatError(f"stats {where}: {message}; fix the file or re-record it with "
                             "`ftc profile --save-stats`")  # fmt: skip
 
 
-def _num(doc: dict, key: str, where: str, kind: type = float, required: bool = True) -> Any:
+def _num(doc: dict, key: str, where: str, kind: type = float, required: bool = True,
+         lo: float = 0, hi: float | None = None) -> Any:  # fmt: skip
+    """`doc[key]` as `kind` in [lo, hi] (default hi: MAX_BYTES for ints, MAX_NUMBER for floats,
+    the ranges the profile reader checks)."""
     if key not in doc:
         if required:
             raise _err(where, f"missing field {key!r}")
         return None
     v = doc[key]
-    ok = isinstance(v, (int, float)) if kind is float else isinstance(v, int)
-    if not ok or isinstance(v, bool) or not math.isfinite(float(v)) or not 0 <= v < _MAX_NUMBER:
-        raise _err(
-            f"{where}.{key}", f"expected a non-negative {kind.__name__} below 2**63, got {v!r:.40}"
-        )
+    if not _in_range(v, kind, lo, hi):
+        top = _top(kind, hi)
+        span = f"[{lo}, {top}]" if kind is int else f"[{lo:g}, {top:g}]"
+        raise _err(f"{where}.{key}", f"expected {kind.__name__} in {span}, got {v!r:.40}")
     return kind(v)
 
 
-def _positive(v: Any, where: str) -> Any:
-    if v == 0:
-        raise _err(where, "expected a positive number, got 0")
-    return v
+def _in_range(v: Any, kind: type, lo: float, hi: float | None = None) -> bool:
+    ok = isinstance(v, (int, float)) if kind is float else isinstance(v, int)
+    if not ok or isinstance(v, bool) or not math.isfinite(float(v)):
+        return False
+    return lo <= v <= _top(kind, hi)
 
 
-def _positive_number(v: Any) -> bool:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    return ok and math.isfinite(float(v)) and 0 < v < _MAX_NUMBER
+def _top(kind: type, hi: float | None) -> float:
+    return (MAX_BYTES if kind is int else MAX_NUMBER) if hi is None else hi
 
 
 def _str(doc: dict, key: str, where: str) -> str:
@@ -126,7 +126,7 @@ def _tensor(doc: Any, where: str) -> TensorStat:
     shape = doc.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise _err(f"{where}.shape", f"expected a list of non-negative ints, got {shape!r:.40}")
-    if len(shape) > 64 or any(d >= _MAX_NUMBER for d in shape):
+    if len(shape) > 64 or any(d > MAX_BYTES for d in shape):
         raise _err(f"{where}.shape", f"absurd shape {shape[:8]!r:.60}")
     nbytes = _num(doc, "bytes", where, int)
     if nbytes != prod(shape) * DTYPE_ITEMSIZE[dtype.removeprefix("torch.")]:
@@ -154,7 +154,7 @@ def _stride(doc: dict, shape: list[int], where: str) -> tuple[int, ...]:
     """Absent or empty: contiguous; else one non-negative int per dimension."""
     stride = doc.get("stride") or []
     ok = isinstance(stride, list) and all(
-        isinstance(d, int) and not isinstance(d, bool) and 0 <= d < _MAX_NUMBER for d in stride
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_BYTES for d in stride
     )
     if not ok or (stride and len(stride) != len(shape)):
         raise _err(f"{where}.stride", f"expected one non-negative int per dimension of "
@@ -195,9 +195,7 @@ def _trap(doc: Any, where: str) -> TrapStat:
 
 
 def _calls(doc: dict, where: str) -> int:
-    calls = _num(doc, "calls", where, int, required=False)
-    if calls == 0:
-        raise _err(f"{where}.calls", "expected a positive int, got 0")
+    calls = _num(doc, "calls", where, int, required=False, lo=1, hi=MAX_COUNT)
     return 1 if calls is None else int(calls)
 
 
@@ -206,14 +204,15 @@ def _device(doc: Any) -> DeviceSpec:
         raise _err("device", "expected an object")
     curve_doc = doc.get("bandwidth_curve", [])
     if not isinstance(curve_doc, list) or not all(
-        isinstance(p, list) and len(p) == 2 and all(_positive_number(x) for x in p)
-        for p in curve_doc
-    ):
-        raise _err("device.bandwidth_curve", "expected a list of [bytes, bytes_per_s] pairs")
+        isinstance(p, list) and len(p) == 2 and _in_range(p[0], float, 1, MAX_BYTES)
+        and _in_range(p[1], float, MIN_RATE) for p in curve_doc
+    ):  # fmt: skip
+        raise _err("device.bandwidth_curve", "expected a list of [bytes, bytes_per_s] pairs, "
+                   f"bytes in [1, {MAX_BYTES}], bytes_per_s in [{MIN_RATE:g}, {MAX_NUMBER:g}]")  # fmt: skip
     return DeviceSpec(
         name=_str(doc, "name", "device"),
-        memory_bytes=_positive(_num(doc, "memory_bytes", "device", int), "device.memory_bytes"),
-        h2d_bytes_per_s=_positive(_num(doc, "h2d_bytes_per_s", "device"), "device.h2d_bytes_per_s"),
+        memory_bytes=_num(doc, "memory_bytes", "device", int, lo=1),
+        h2d_bytes_per_s=_num(doc, "h2d_bytes_per_s", "device", lo=MIN_RATE),
         h2d_latency_ms=_num(doc, "h2d_latency_ms", "device", required=False) or 0.0,
         bandwidth_curve=tuple(BandwidthPoint(int(b), float(r)) for b, r in curve_doc),
         kind=_device_kind(doc),
@@ -248,7 +247,17 @@ def stats_from_json(doc: Any) -> Stats:
         timing_source=str(doc.get("timing_source", "stats")),
     )
     _check_names(stats)
+    _check_total(stats)
     return stats
+
+
+def _check_total(stats: Stats) -> None:
+    """The weights fit the sizes a profile can record (each tensor does; together they may not)."""
+    total = sum(t.bytes for trap in stats.traps for t in trap.tensors if t.tie is None)
+    total += sum(t.bytes for t in stats.untrapped if t.tie is None)
+    if total > MAX_BYTES:
+        raise _err("tensors", f"the weights total {total} bytes, over the {MAX_BYTES} "
+                   "(1 PiB) a profile can describe")  # fmt: skip
 
 
 def _check_names(stats: Stats) -> None:

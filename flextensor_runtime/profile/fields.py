@@ -12,12 +12,16 @@ from typing import Any, TypeVar
 
 from flextensor_runtime.errors import ProfileFormatError
 
-__all__ = ["MAX_BYTES", "Reader", "read_section"]
+__all__ = ["MAX_BYTES", "MAX_COUNT", "MAX_NUMBER", "MIN_RATE", "READ_FIX", "Reader", "read_section"]
 
+# The ranges a profile's fields must lie in; the stats reader checks the same ones, so a plan
+# made from any stats file it accepts is a profile this reader accepts.
 # Larger than any device or model this format describes (1 PiB); guards against absurd sizes.
 MAX_BYTES = 1 << 50
-MAX_COUNT = 1 << 31
-_FIX = "the file is damaged or was not written by ftc; recompile it with `ftc profile`"
+MAX_COUNT = 1 << 31  # calls, blocks, trap and tensor counts
+MAX_NUMBER = 1e18  # times (ms) and rates (bytes/s)
+MIN_RATE = 1e-9  # bytes/s: slower is no link (and divides into infinite copy times)
+READ_FIX = "the file is damaged or was not written by ftc; recompile it with `ftc profile`"
 
 T = TypeVar("T")
 
@@ -41,7 +45,7 @@ class Reader:
     def fail(self, expected: str) -> ProfileFormatError:
         where = self.path or "top level"
         return ProfileFormatError(
-            f"profile field '{where}': expected {expected}, got {_describe(self.value)}; {_FIX}"
+            f"profile field '{where}': expected {expected}, got {_describe(self.value)}; {READ_FIX}"
         )
 
     def child(self, key: str | int) -> Reader:
@@ -68,7 +72,7 @@ class Reader:
             raise self.fail(f"an integer in [{lo}, {hi}]")
         return v
 
-    def as_float(self, lo: float = 0.0, hi: float = 1e18) -> float:
+    def as_float(self, lo: float = 0.0, hi: float = MAX_NUMBER) -> float:
         v = self.value
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise self.fail("a number")
@@ -109,12 +113,12 @@ def read_section(reader: Reader, spec: Mapping[str, Callable[[Reader], Any]]) ->
         raise ProfileFormatError(
             f"profile section '{where}' lacks field {missing[0]!r}"
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-            + f"; {_FIX}"
+            + f"; {READ_FIX}"
         )
     extra = sorted(str(k) for k in raw if k not in spec)
     if extra:
         where = reader.path or "top level"
         raise ProfileFormatError(
-            f"profile section '{where}' has unknown field {extra[0]!r}; {_FIX}"
+            f"profile section '{where}' has unknown field {extra[0]!r}; {READ_FIX}"
         )
     return {k: parse(reader.child(k)) for k, parse in spec.items()}

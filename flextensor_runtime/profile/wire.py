@@ -23,7 +23,7 @@ from flextensor_runtime.errors import (
     ProfileVersionError,
 )
 from flextensor_runtime.profile.check import check_profile
-from flextensor_runtime.profile.fields import MAX_COUNT, Reader, read_section
+from flextensor_runtime.profile.fields import MAX_COUNT, MIN_RATE, READ_FIX, Reader, read_section
 from flextensor_runtime.profile.schema import (
     FORMAT,
     PLACEMENTS,
@@ -96,7 +96,23 @@ def to_document(profile: Profile) -> dict[str, Any]:
 def dumps(profile: Profile) -> bytes:
     """Encode a profile to canonical msgpack bytes (validated first)."""
     check_profile(profile)
-    return msgpack.packb(to_document(profile), use_bin_type=True)
+    data = msgpack.packb(to_document(profile), use_bin_type=True)
+    _check_readable(data)
+    return data
+
+
+def _check_readable(data: bytes) -> None:
+    """Every field is in the range `loads` accepts (sums of in-range measurements need not be),
+    so nothing is written that cannot be read back."""
+    try:
+        _parse_sections(Reader(msgpack.unpackb(data, raw=False), ""))
+    except ProfileFormatError as exc:
+        cause = str(exc).removesuffix(f"; {READ_FIX}")
+        raise ProfileFormatError(
+            f"cannot write this profile, {cause}; the measurements or options it was planned "
+            "from are out of range (e.g. huge compute_ms, calls or h2d_latency_ms in the "
+            "stats): fix them and plan again"
+        ) from None
 
 
 def _tensor(r: Reader) -> TensorEntry:
@@ -131,7 +147,7 @@ def _trap(r: Reader) -> Trap:
 
 
 def _curve_point(r: Reader) -> BandwidthPoint:
-    spec = {"bytes": lambda x: x.as_int(), "bytes_per_s": lambda x: x.as_float(1e-9)}
+    spec = {"bytes": lambda x: x.as_int(), "bytes_per_s": lambda x: x.as_float(MIN_RATE)}
     return BandwidthPoint(**read_section(r, spec))
 
 
@@ -146,7 +162,7 @@ _SECTIONS: Mapping[str, Callable[[Reader], Any]] = {
     })),
     "device": lambda r: DeviceSpec(**read_section(r, {
         "name": lambda x: x.as_str(), "memory_bytes": lambda x: x.as_int(),
-        "h2d_bytes_per_s": lambda x: x.as_float(1e-9), "h2d_latency_ms": lambda x: x.as_float(),
+        "h2d_bytes_per_s": lambda x: x.as_float(MIN_RATE), "h2d_latency_ms": lambda x: x.as_float(),
         "bandwidth_curve": lambda x: tuple(_curve_point(p) for p in x.as_list()),
         "kind": lambda x: x.as_str(),
     })),
@@ -246,13 +262,17 @@ def loads(data: bytes) -> Profile:
     """Decode and validate profile bytes; any problem raises a one-line `ProfileError`."""
     raw = unpack_bounded(data)
     _check_header(raw)
-    root = Reader(raw, "")
+    profile = _parse_sections(Reader(raw, ""))
+    check_profile(profile)
+    return profile
+
+
+def _parse_sections(root: Reader) -> Profile:
+    raw = root.as_map()
     parts = {key: parse(root.child(key)) if key in raw else _missing(key)
              for key, parse in _SECTIONS.items()}  # fmt: skip
     extensions = {k: v for k, v in raw.items() if k not in _CORE_KEYS}
-    profile = Profile(**parts, extensions=extensions)
-    check_profile(profile)
-    return profile
+    return Profile(**parts, extensions=extensions)
 
 
 def _missing(key: str) -> Any:

@@ -140,3 +140,12 @@ def test_a_full_device_names_the_file(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(OSError, match=r"p\.msgpack"):
         save(format_golden(), tmp_path / "p.msgpack")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_profile_the_reader_would_refuse_is_never_written(tmp_path: Path) -> None:
+    """Each measurement may be in range while their sum is not: the write is refused, whole."""
+    golden = format_golden()
+    huge = dataclasses.replace(golden.predicted, makespan_ms=1e19)
+    with pytest.raises(ProfileFormatError, match=r"cannot write this profile, .*makespan_ms"):
+        save(dataclasses.replace(golden, predicted=huge), tmp_path / "p.msgpack")
+    assert list(tmp_path.iterdir()) == []

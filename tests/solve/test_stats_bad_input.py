@@ -32,7 +32,7 @@ def _huge_memory(doc: dict[str, Any]) -> None:
 
 
 def _bytes_not_shape(doc: dict[str, Any]) -> None:
-    doc["traps"][1]["tensors"][0]["bytes"] = 2**62
+    doc["traps"][1]["tensors"][0]["bytes"] = 2**40
 
 
 def _bad_curve(doc: dict[str, Any]) -> None:
@@ -57,6 +57,21 @@ def _zero_calls(doc: dict[str, Any]) -> None:
 
 def _zero_memory(doc: dict[str, Any]) -> None:
     doc["device"]["memory_bytes"] = 0
+
+
+def _set(*path: str | int, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: Any) -> None:
+        for key in path[:-1]:
+            doc = doc[key]
+        doc[path[-1]] = value
+
+    return edit
+
+
+def _over_a_pib(doc: dict[str, Any]) -> None:
+    """Two tensors of 1 PiB each: each is a size a profile holds, together they are not."""
+    big = {"dtype": "float32", "shape": [2**48], "bytes": 2**50}
+    doc["untrapped"] = [{**big, "name": "big.0"}, {**big, "name": "big.1"}]
 
 
 def _field(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -87,14 +102,23 @@ CASES = [
     (_edited(_dup_trap), "trap name 'blocks.0' appears twice"),
     (_edited(_dup_tensor), "tensor 'blocks.0.attn_norm.weight' is listed twice"),
     (_edited(_bad_tie), "is tied to 'nope', not a listed tensor"),
-    (_edited(_zero_calls), "traps[1].calls: expected a positive int, got 0"),
-    (_edited(_zero_memory), "device.memory_bytes: expected a positive number, got 0"),
+    (_edited(_zero_calls), "traps[1].calls: expected int in [1, 2147483648], got 0"),
+    (_edited(_zero_memory), "device.memory_bytes: expected int in [1, 1125899906842624], got 0"),
     (lambda tmp: tmp / "missing.json", "no such file; pass the file written by"),
     (lambda tmp: tmp, "is a folder, not a stats file"),
     (_binary, "binary data, not a JSON stats file (a profile?)"),
-    (_edited(_huge_memory), "device.memory_bytes: expected a non-negative int below 2**63"),
+    (_edited(_huge_memory), "device.memory_bytes: expected int in [1, 1125899906842624]"),
     (_edited(_bytes_not_shape), "bytes, but shape [128] of float32 holds 512"),
     (_edited(_bad_curve), "device.bandwidth_curve: expected a list of [bytes, bytes_per_s]"),
+    # the ranges the profile reader checks: a plan of these stats would be an unreadable file
+    (_edited(_set("device", "h2d_bytes_per_s", value=1e-10)), "device.h2d_bytes_per_s: expected"),
+    (_edited(_set("device", "h2d_bytes_per_s", value=1e19)), "in [1e-09, 1e+18], got 1e+19"),
+    (_edited(_set("device", "memory_bytes", value=2**50 + 1)), "device.memory_bytes: expected"),
+    (_edited(_set("device", "h2d_latency_ms", value=1e19)), "device.h2d_latency_ms: expected"),
+    (_edited(_set("device", "bandwidth_curve", value=[[4096, 1e-300]])), "bytes_per_s in [1e-09"),
+    (_edited(_set("traps", 1, "calls", value=2**31 + 1)), "traps[1].calls: expected int in"),
+    (_edited(_set("traps", 1, "compute_ms", value=1e19)), "traps[1].compute_ms: expected float"),
+    (_edited(_over_a_pib), "bytes, over the 1125899906842624 (1 PiB) a profile can describe"),
 ]
 
 
@@ -126,3 +150,16 @@ def test_a_budget_larger_than_a_real_device_is_refused() -> None:
         plan_profile(real, PlanConfig(budget_bytes=too_big))
     # an emulated device (no GPU, no --target) only stands in for one: any budget is accepted
     assert plan_profile(stats, PlanConfig(budget_bytes=too_big)).config.budget_bytes == too_big
+
+
+def test_in_range_times_whose_sum_is_not_are_one_line(tmp_path: Path, capsys) -> None:
+    def every_trap_slow(doc: dict[str, Any]) -> None:
+        for trap in doc["traps"]:
+            trap["compute_ms"] = 1e18
+
+    source, out = _edited(every_trap_slow)(tmp_path), tmp_path / "p.msgpack"
+    argv = ["plan", str(source), "--mem-fraction", "0.5", "-o", str(out)]
+    code = run_guarded(lambda: app(argv, prog_name="ftc"), False)
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1 and not out.exists()
+    assert "cannot write this profile" in err and "compute_ms" in err, err

@@ -50,6 +50,7 @@ class SweepPoint:
     error: str = ""
     bound_ms: float | None = None  # the staging bound: no plan at this budget predicts less
     status: str = "planned"  # or NO_FIT, or OVER_MEMORY (then nothing was solved)
+    least_bytes: int | None = None  # NO_FIT: the smallest budget a plan fits, when known
 
 
 _MAX_POINTS = 1000  # budgets one sweep solves: each is a full solve
@@ -62,7 +63,11 @@ def parse_fractions(spec: str) -> tuple[float, ...]:
             start, stop, step = (float(x) for x in spec.split(":"))
             if not all(map(math.isfinite, (start, stop, step))):
                 raise ValueError
-            if step <= 0 or start <= 0 or stop < start:
+            if stop < start or step <= 0:
+                why = "STOP is below START" if stop < start else "STEP must be positive"
+                raise ConfigError(f"bad fractions {spec!r}: {why}; e.g. --fractions "
+                                  f"{min(start, stop):g}:{max(start, stop):g}:{abs(step) or 0.05:g}")  # fmt: skip
+            if start <= 0:
                 raise ValueError
             span = (stop - start) / step + 1e-9
             if span >= _MAX_POINTS:  # before int(): a tiny step makes a count of 300 digits
@@ -76,6 +81,8 @@ def parse_fractions(spec: str) -> tuple[float, ...]:
             f"fractions {spec!r} give {exc.args[0]} budgets, more than {_MAX_POINTS}; use a "
             "larger STEP"
         ) from None
+    except ConfigError:
+        raise
     except ValueError:
         raise ConfigError(
             f"bad fractions {spec!r}; use START:STOP:STEP (e.g. 0.2:1.0:0.05) or a list like "
@@ -153,7 +160,7 @@ def _point(stats: Stats, config: PlanConfig, fraction: float, mem_fraction: floa
         problem, plan = solve_stats(stats, config)
     except BudgetError as exc:
         return SweepPoint(fraction, budget, mem_fraction, None, None, None, None, None, str(exc),
-                          status=NO_FIT)  # fmt: skip
+                          status=NO_FIT, least_bytes=exc.least_bytes)  # fmt: skip
     bound = staging_bound_ms(problem)
     return SweepPoint(fraction, budget, mem_fraction, plan.makespan_ms, plan.simulation.stall_ms,
                       plan.streamed_bytes, plan.peak_bytes, plan.strategy,
@@ -172,34 +179,43 @@ def smallest_near_fastest(points: tuple[SweepPoint, ...], within: float) -> Swee
     return min(near, key=lambda p: (p.budget_bytes, p.fraction))
 
 
+def _axis_unit(largest: int) -> tuple[int, str]:
+    """The binary unit the largest budget reads best in (a 40 MiB model is not 0.04 GiB)."""
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if largest >= scale:
+            return scale, unit
+    return 1, "B"
+
+
 def plot_sweep(
     points: tuple[SweepPoint, ...], path: str | os.PathLike[str], image_format: str | None = None
 ) -> Path:
-    """Makespan, the staging bound and stall (upper panel) and streamed GiB (lower panel, same
+    """Makespan, the staging bound and stall (upper panel) and streamed bytes (lower panel, same
     budget axis: on one axis the two lines, both falling with the budget, hide each other), and
     the smallest budget within 5% of the fastest plan marked in both."""
     plt = import_pyplot()
     ok = [p for p in points if p.makespan_ms is not None]
+    scale, unit = _axis_unit(max((p.budget_bytes for p in ok), default=0))
     fig, (ax, low) = plt.subplots(2, 1, figsize=(8, 5), sharex=True,
                                   gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
-    xs = [p.budget_bytes / 2**30 for p in ok]
+    xs = [p.budget_bytes / scale for p in ok]
     ax.plot(xs, [p.makespan_ms for p in ok], marker="o", label="makespan (ms)")
     ax.plot(xs, [p.stall_ms for p in ok], marker=".", label="stall (ms)")
     bounded = [p for p in ok if p.bound_ms is not None]
-    ax.plot([p.budget_bytes / 2**30 for p in bounded], [p.bound_ms for p in bounded],
+    ax.plot([p.budget_bytes / scale for p in bounded], [p.bound_ms for p in bounded],
             linestyle=":", color="black", label="staging bound (ms)")  # fmt: skip
     near = smallest_near_fastest(points, 0.05)
     if near is not None and near.makespan_ms is not None:  # where to look when picking a budget
-        gib = near.budget_bytes / 2**30
+        x = near.budget_bytes / scale
         for axis in (ax, low):
-            axis.axvline(gib, color="green", linestyle="--", linewidth=0.8)
-        ax.plot([gib], [near.makespan_ms], marker="*", markersize=12, color="green",
-                linestyle="none", label=f"within 5% of the fastest ({gib:.3g} GiB)")  # fmt: skip
+            axis.axvline(x, color="green", linestyle="--", linewidth=0.8)
+        ax.plot([x], [near.makespan_ms], marker="*", markersize=12, color="green",
+                linestyle="none", label=f"within 5% of the fastest ({x:.3g} {unit})")  # fmt: skip
     ax.set_ylabel("ms per iteration")
-    ax.legend(loc="upper right")
-    low.plot(xs, [(p.streamed_bytes or 0) / 2**30 for p in ok], color="gray", marker=".")
-    low.set_ylabel("streamed GiB")
-    low.set_xlabel("budget (GiB)")
+    ax.legend(loc="best", fontsize="small")  # where it covers the fewest points
+    low.plot(xs, [(p.streamed_bytes or 0) / scale for p in ok], color="gray", marker=".")
+    low.set_ylabel(f"streamed {unit}")
+    low.set_xlabel(f"budget ({unit})")
     fig.tight_layout()
     target = Path(path)
     fig.savefig(target, dpi=120, format=image_format)

@@ -10,7 +10,8 @@ import re
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["count_of", "format_bytes", "format_rate", "parse_rate", "parse_size", "printable"]
+__all__ = ["count_of", "format_bytes", "format_fraction", "format_ms", "format_rate", "parse_rate",
+           "parse_size", "printable"]  # fmt: skip
 
 _UNITS = {
     "": 1, "b": 1,
@@ -50,15 +51,29 @@ def parse_rate(text: str, what: str = "bandwidth") -> float:
 
 
 def format_bytes(n: int | float | None) -> str:
-    """1536 -> "1.5 KiB" (binary units, 3 significant figures)."""
+    """1536 -> "1.5 KiB" (binary units, 3 significant figures; 1000-1023 of a unit in full,
+    "1022 KiB", where 3 figures would print "1.02e+03")."""
     if n is None:
         return "-"
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.3g} {unit}"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024 or unit == "PiB":
+            if unit == "B":
+                return f"{int(value)} B"
+            return f"{value:.0f} {unit}" if abs(value) >= 999.5 else f"{value:.3g} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def format_ms(ms: float) -> str:
+    """Milliseconds to 3 decimals, or 4 significant figures once that would run past 7 digits
+    ("6.894e+17" from absurd measurements, not an 18-digit column)."""
+    return f"{ms:.3f}" if abs(ms) < 1e6 else f"{ms:.4g}"
+
+
+def format_fraction(f: float) -> str:
+    """A budget fraction: 2 decimals ("0.20"), more when it has them ("0.125", not "0.12")."""
+    return f"{f:.2f}" if abs(f * 100 - round(f * 100)) < 1e-9 else f"{f:.4g}"
 
 
 def count_of(n: int, noun: str) -> str:

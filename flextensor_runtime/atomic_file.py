@@ -21,7 +21,8 @@ from pathlib import Path
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["IN_PLACE_KINDS", "check_output_target", "output_kind", "write_atomic", "write_in_place"]
+__all__ = ["IN_PLACE_KINDS", "check_output_target", "not_creatable", "output_kind", "write_atomic",
+           "write_in_place"]  # fmt: skip
 
 _KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"), (stat.S_ISCHR, "character device"),
           (stat.S_ISFIFO, "named pipe"), (stat.S_ISBLK, "block device"),
@@ -78,6 +79,13 @@ def _named(exc: OSError, path: str | os.PathLike[str]) -> OSError:
     return type(exc)(exc.errno, exc.strerror, str(path))
 
 
+def not_creatable(exc: OSError, target: str | os.PathLike[str], folder: Path) -> OSError:
+    """The error for a temp file that could not be made: it names the file asked for and its
+    folder, not the hidden temp name (`/proc` passes a writability check, then refuses files)."""
+    return OSError(exc.errno, f"cannot create {str(target)!r}: the folder {str(folder)!r} "
+                   f"refused a new file ({exc.strerror}); write somewhere else")  # fmt: skip
+
+
 def _plain_mode() -> int:
     mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
     os.umask(mask)
@@ -93,7 +101,10 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
         return target
     real = Path(os.path.realpath(target))  # through symlinks: the link stays, its file changes
     directory = real.parent if str(real.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise not_creatable(exc, target, directory) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), _plain_mode())

@@ -52,7 +52,12 @@ class ProfileMismatchError(ProfileError):
 
 
 class BudgetError(FlextensorError):
-    """A plan does not fit its memory budget, or the device has less free memory than needed."""
+    """A plan does not fit its memory budget, or the device has less free memory than needed.
+    `least_bytes`: the smallest budget a plan fits, when the solver found it."""
+
+    def __init__(self, message: str, least_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.least_bytes = least_bytes
 
 
 class StatsFormatError(FlextensorError):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flextensor_compile.units import printable
 from flextensor_runtime import errors as e
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "Interrupted", "label_for", "run_guarded",
@@ -79,7 +80,9 @@ def label_for(exc: BaseException) -> str | None:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """Whitespace runs (newlines too) as one space, other control characters as escapes
+    (`\\x1b`): a path or name in a message never moves the cursor or recolours the terminal."""
+    return printable(" ".join(text.split()))
 
 
 def run_guarded(fn: Callable[[], object], debug: bool) -> int:

@@ -67,10 +67,20 @@ def read_measurements(path: Path) -> tuple[Stats, PlanConfig | None]:
     from flextensor_runtime.profile import load
 
     if not path.is_file():  # a missing file, a folder or a device: one line, nothing read
+        if not path.exists():
+            raise StatsFormatError(
+                f"{path}: no such file; pass a stats file (`ftc profile --save-stats`) or a "
+                "profile (`ftc profile -o`)"
+            )
         return read_stats(path), None
     with open(path, "rb") as fh:
         head = fh.read(1)
-    if not head or head[0] not in _MSGPACK_MAPS:  # text, empty, JSON: read as a stats file
+    if not head:
+        raise StatsFormatError(
+            f"{path}: the file is empty; pass a stats file (`ftc profile --save-stats`) or a "
+            "profile (`ftc profile -o`)"
+        )
+    if head[0] not in _MSGPACK_MAPS:  # text, JSON: read as a stats file
         return read_stats(path), None
     profile = load(path)
     return stats_from_profile(profile), profile.config

@@ -22,6 +22,7 @@ from pathlib import Path
 from flextensor_runtime.atomic_file import (
     IN_PLACE_KINDS,
     check_output_target,
+    not_creatable,
     output_kind,
     write_in_place,
 )
@@ -57,6 +58,13 @@ def _check_parent(path: Path, option: str) -> None:
         raise ConfigError(
             f"{option} {path}: the folder {str(parent)!r} is not writable; write somewhere else"
         )
+    try:  # a folder can pass `access` and still refuse files (/proc, a read-only mount)
+        fd, probe = tempfile.mkstemp(prefix=".ftc-probe.", dir=parent)
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: the folder {str(parent)!r} refused a new file "
+                          f"({exc.strerror}); write somewhere else") from None  # fmt: skip
+    os.close(fd)
+    os.unlink(probe)
 
 
 def check_output_file(path: Path | None, option: str, example: str) -> None:
@@ -149,6 +157,11 @@ def atomic_output(path: Path) -> Iterator[Path]:
             tmp.unlink()
         else:
             os.replace(tmp, real)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename is not None and Path(exc.filename) == tmp:
+            raise not_creatable(exc, path, tmp.parent) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

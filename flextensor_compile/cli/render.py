@@ -18,7 +18,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flextensor_compile.units import count_of, format_bytes, format_rate, printable
+from flextensor_compile.units import (
+    count_of,
+    format_bytes,
+    format_fraction,
+    format_ms,
+    format_rate,
+    printable,
+)
 
 __all__ = ["err_console", "out_console", "print_json", "render_inspect", "safe", "sweep_table"]
 
@@ -156,12 +163,13 @@ def sweep_table(points: Sequence[Any]) -> Table:
     # the strategy (or why no plan) folds before it is squeezed out of an 80-column terminal
     table.add_column("strategy", overflow="fold", min_width=12)
     for p in points:
+        frac = format_fraction(p.fraction)
         if p.makespan_ms is None:
-            table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), "-", "-", "-", "-",
-                          "-", safe(p.status))  # fmt: skip
+            table.add_row(frac, format_bytes(p.budget_bytes), "-", "-", "-", "-", "-",
+                          safe(p.status))  # fmt: skip
             continue
         ratio = f"{p.makespan_ms / p.bound_ms:.3f}" if p.bound_ms else "-"
-        table.add_row(f"{p.fraction:.2f}", format_bytes(p.budget_bytes), f"{p.makespan_ms:.3f}",
-                      ratio, f"{p.stall_ms:.3f}", format_bytes(p.streamed_bytes),
+        table.add_row(frac, format_bytes(p.budget_bytes), format_ms(p.makespan_ms), ratio,
+                      format_ms(p.stall_ms), format_bytes(p.streamed_bytes),
                       format_bytes(p.peak_bytes), safe(p.strategy or "-"))  # fmt: skip
     return table

@@ -6,6 +6,7 @@ Must not know: how plans are searched (sweep).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,8 +86,8 @@ def sweep(
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from flextensor_compile.cli.paths import atomic_output, image_format
-    from flextensor_compile.cli.render import print_json
-    from flextensor_compile.sweep import plot_sweep
+    from flextensor_compile.cli.render import out_console, print_json, safe
+    from flextensor_compile.sweep import plot_sweep, weight_bytes
     from flextensor_compile.sweep import sweep as run_sweep
 
     budgets = _checked_fractions(fractions, plot, source)
@@ -95,44 +96,78 @@ def sweep(
     with PhaseBars(quiet=False) as bars:  # on stderr, and only on a terminal
         bars.start("sweep", len(budgets))
         points = run_sweep(stats, config, budgets, lambda: bars.advance("sweep"), jobs)
-    if plot is not None:
+    planned = any(p.makespan_ms is not None for p in points)
+    if plot is not None and planned:  # no plan, no curve: an empty chart is not written
         with atomic_output(plot) as tmp:
             plot_sweep(points, tmp, image_format(plot))
     if as_json:
         print_json([asdict(p) for p in points])
-    else:
-        _print_points(points, plot)
+        return
+    _print_points(
+        points, [*_pick_lines(points, weight_bytes(stats)), *_notes(config, plot, planned)]
+    )
+    if plot is not None and planned:
+        out_console().print(f"plot written to {safe(plot)}")
 
 
-def _print_points(points: tuple[SweepPoint, ...], plot: Path | None) -> None:
-    """The table, where to look when picking a budget, and where the plot went."""
+def _notes(config: PlanConfig, plot: Path | None, planned: bool) -> list[str]:
+    """What the table does not show: a reserve kept from the profile, a plot not drawn."""
+    from flextensor_compile.units import format_bytes
+
+    notes = []
+    if config.activation_reserve_bytes:
+        notes.append(f"each budget keeps {format_bytes(config.activation_reserve_bytes)} for "
+                     "activations (the profile's activation reserve)")  # fmt: skip
+    if plot is not None and not planned:
+        notes.append(f"no plot drawn to {plot}: no budget swept has a plan")
+    return notes
+
+
+def _print_points(points: tuple[SweepPoint, ...], lines: list[str]) -> None:
+    """The table, then `lines` (where to look when picking a budget, notes)."""
     from flextensor_compile.cli.render import out_console, safe, sweep_table
 
     console = out_console()
     console.print(sweep_table(points))
-    for line in _pick_lines(points):
-        console.print(line)
-    if plot is not None:
-        console.print(f"plot written to {safe(plot)}")
+    for line in lines:
+        console.print(safe(line))
 
 
-def _pick_lines(points: tuple[SweepPoint, ...]) -> list[str]:
+def _pick_lines(points: tuple[SweepPoint, ...], weights: int) -> list[str]:
     """Where to look when picking a budget: the smallest budget within 5% and 20% of the
-    fastest plan swept."""
+    fastest plan swept; with no plan at all, the smallest budget one fits."""
     from flextensor_compile.sweep import smallest_near_fastest
-    from flextensor_compile.units import format_bytes
+    from flextensor_compile.units import format_bytes, format_fraction, format_ms
 
     fastest = smallest_near_fastest(points, 0.0)
     if fastest is None or fastest.makespan_ms is None:
-        return []
-    lines = [f"fastest: {fastest.makespan_ms:.3f} ms, first at frac {fastest.fraction:.2f} "
-             f"({format_bytes(fastest.budget_bytes)})"]  # fmt: skip
+        return [_no_plan_line(points, weights)]
+    lines = [f"fastest: {format_ms(fastest.makespan_ms)} ms, first at frac "
+             f"{format_fraction(fastest.fraction)} ({format_bytes(fastest.budget_bytes)})"]  # fmt: skip
+    shown = [fastest]
     for within in (0.05, 0.20):
         near = smallest_near_fastest(points, within)
-        if near is not None and near is not fastest and near.makespan_ms is not None:
-            lines.append(f"within {within:.0%} of it from frac {near.fraction:.2f} "
-                         f"({format_bytes(near.budget_bytes)}): {near.makespan_ms:.3f} ms")  # fmt: skip
+        if near is not None and near not in shown and near.makespan_ms is not None:
+            shown.append(near)
+            lines.append(f"within {within:.0%} of it from frac {format_fraction(near.fraction)} "
+                         f"({format_bytes(near.budget_bytes)}): {format_ms(near.makespan_ms)} ms")  # fmt: skip
     return lines
+
+
+def _no_plan_line(points: tuple[SweepPoint, ...], weights: int) -> str:
+    """Why no budget swept has a plan, and which fractions to sweep instead."""
+    from flextensor_compile.sweep import NO_FIT
+    from flextensor_compile.units import format_bytes
+
+    least = min((p.least_bytes for p in points if p.least_bytes), default=None)
+    if least is None:
+        over = [p for p in points if p.status != NO_FIT]
+        why = over[0].error if over else "no plan fits any budget swept"
+        return f"no budget swept has a plan: {why}"
+    start = math.ceil(least / max(weights, 1) * 1000) / 1000  # budgets: fractions of the weights
+    span = f"{start:.3f}:1.0:0.05" if start < 0.95 else f"{start:.3f}"
+    return (f"no budget swept has a plan: the smallest feasible budget is {format_bytes(least)} "
+            f"(frac {start:.3f} of the weights); sweep from there, e.g. --fractions {span}")  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

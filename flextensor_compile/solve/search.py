@@ -215,7 +215,8 @@ def budget_error(problem: Problem, strategy: str, default: str,
     known = "" if least is None else f" (the smallest feasible budget is {hint})"
     return BudgetError(
         f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes{known}; "
-        f"{_raise_hint(problem, least, hint)}{also}"
+        f"{_raise_hint(problem, least, hint)}{also}",
+        least_bytes=least,
     )
 
 

@@ -385,3 +385,47 @@ def test_text_from_a_profile_is_shown_literally(tmp_path, capsys) -> None:
     out_png = tmp_path / "[red]t[dim].png"
     code, out, err = _run(capsys, ["inspect", str(path), "--timeline", str(out_png)])
     assert code == 0 and f"timeline written to {out_png}" in out.replace("\n", ""), err
+
+
+# --- wording: each line says what was wrong and what to type instead -------------------------
+
+
+@pytest.mark.parametrize(
+    ("fractions", "why", "fix"),
+    [
+        ("1.0:0.2:0.1", "STOP is below START", "--fractions 0.2:1:0.1"),
+        ("0.2:1.0:0", "STEP must be positive", "--fractions 0.2:1:0.05"),
+        ("0.2:1.0:-0.1", "STEP must be positive", "--fractions 0.2:1:0.1"),
+    ],
+)
+def test_a_backwards_fraction_range_says_which_end(capsys, fractions, why, fix) -> None:
+    code, _, err = _run(capsys, ["sweep", str(STATS), "--fractions", fractions])
+    _one_line(code, err, "invalid option", why, fix)
+
+
+@pytest.mark.parametrize("command", ["plan", "sweep"])
+def test_an_empty_or_missing_input_names_both_kinds_it_may_be(tmp_path, capsys, command) -> None:
+    empty = tmp_path / "p.msgpack"
+    empty.write_bytes(b"")
+    for source, cause in ((empty, "the file is empty"), (tmp_path / "gone.msgpack", "no such")):
+        argv = [command, str(source)] + (["-o", str(tmp_path / "o.msgpack")] if command == "plan"
+                                         else [])  # fmt: skip
+        code, _, err = _run(capsys, argv)
+        _one_line(code, err, "invalid stats", cause, "--save-stats", "or a profile")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.msgpack"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_a_folder_that_refuses_files_is_found_before_building(tmp_path, capsys) -> None:
+    """/proc passes a writability check (as root) and still refuses every new file."""
+    model = tmp_path / "model.py"
+    model.write_text(NEVER_BUILT)
+    code, _, err = _run(capsys, ["profile", str(model), "-o", "/proc/p.msgpack"])
+    _one_line(code, err, "invalid option", "-o /proc/p.msgpack: the folder '/proc' refused")
+
+
+def test_control_characters_in_a_path_are_shown_as_escapes(tmp_path, capsys) -> None:
+    source = tmp_path / "a\x1b[31mred\x07.json"
+    code, _, err = _run(capsys, ["plan", str(source), "-o", str(tmp_path / "o.msgpack")])
+    _one_line(code, err, "invalid stats", "a\\x1b[31mred\\x07.json")
+    assert "\x1b" not in err and "\x07" not in err

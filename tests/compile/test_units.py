@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from flextensor_compile.units import count_of, parse_rate, parse_size
+from flextensor_compile.units import (
+    count_of,
+    format_bytes,
+    format_fraction,
+    format_ms,
+    parse_rate,
+    parse_size,
+)
 from flextensor_runtime.errors import ConfigError
 
 
@@ -45,3 +52,19 @@ def test_petabyte_units_parse_and_the_limit_is_named() -> None:
 def test_counts_agree_with_their_nouns() -> None:
     assert [count_of(n, "block") for n in (0, 1, 2)] == ["0 blocks", "1 block", "2 blocks"]
     assert [count_of(n, "copy") for n in (1, 65)] == ["1 copy", "65 copies"]
+
+
+def test_sizes_near_a_unit_boundary_print_in_full() -> None:
+    """Three significant figures of 1000-1023 would be "1.02e+03"."""
+    assert format_bytes(1022 * 1024) == "1022 KiB"
+    assert format_bytes(1000 * 2**20) == "1000 MiB"
+    assert format_bytes(1023.9 * 2**30) == "1024 GiB"
+    assert format_bytes(1536) == "1.5 KiB" and format_bytes(999) == "999 B"
+    assert format_bytes(2**50) == "1 PiB" and format_bytes(1000 * 2**40) == "1000 TiB"
+    assert all("e+" not in format_bytes(n) for n in range(0, 2**51, 2**51 // 9973))
+
+
+def test_times_and_fractions_print_without_noise() -> None:
+    assert format_ms(1.38969) == "1.390" and format_ms(6.89408e17) == "6.894e+17"
+    assert [format_fraction(f) for f in (0.2, 0.125, 0.12, 1.0)] == ["0.20", "0.125", "0.12",
+                                                                     "1.00"]  # fmt: skip

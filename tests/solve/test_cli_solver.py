@@ -122,6 +122,46 @@ def test_sweep_marks_budgets_over_device_memory(tmp_path: Path) -> None:
     assert swept.exit_code == 0 and json.loads(swept.output)[0]["status"] == "planned"
 
 
+def test_a_sweep_where_nothing_fits_says_where_to_sweep(stats_file: Path, tmp_path: Path) -> None:
+    """No plan at any budget: no empty chart, and a line naming the smallest feasible budget
+    with fractions that start there; sweeping those finds a plan at the first one."""
+    plot = tmp_path / "s.png"
+    result = runner.invoke(app, ["sweep", str(stats_file), "--fractions", "0.01,0.02",
+                                 "--plot", str(plot)], env={"COLUMNS": "400"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert not plot.exists() and f"no plot drawn to {plot}" in result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("no budget swept"))
+    assert "the smallest feasible budget is " in line
+    suggested = line.split("--fractions ")[1].strip()
+    again = runner.invoke(app, ["sweep", str(stats_file), "--fractions", suggested, "--json"])
+    assert again.exit_code == 0 and json.loads(again.output)[0]["status"] == "planned"
+    points = json.loads(runner.invoke(app, ["sweep", str(stats_file), "--fractions", "0.01",
+                                            "--json"]).output)  # fmt: skip
+    assert points[0]["least_bytes"] > points[0]["budget_bytes"]
+
+
+def test_sweep_names_each_budget_once_and_the_kept_reserve(
+    stats_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "p.msgpack"
+    made = runner.invoke(app, ["plan", str(stats_file), "--mem-fraction", "1.0",
+                               "--activation-reserve", "4KiB", "-o", str(out)])  # fmt: skip
+    assert made.exit_code == 0, made.output
+    result = runner.invoke(app, ["sweep", str(out), "--fractions", "0.6,1.0"],
+                           env={"COLUMNS": "400"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "each budget keeps 4 KiB for activations" in result.output
+    from flextensor_compile.cli.sweep_cmd import _pick_lines
+    from flextensor_compile.sweep import SweepPoint
+
+    def point(fraction: float, ms: float) -> SweepPoint:
+        return SweepPoint(fraction, int(fraction * 1000), fraction, ms, 0.0, 0, 0, "knapsack")
+
+    # 0.9 is within 5% of the fastest, and so within 20% too: it is named once
+    picks = _pick_lines((point(0.5, 2.0), point(0.9, 1.04), point(1.0, 1.0)), 1000)
+    assert [x.split("frac ")[1].split()[0] for x in picks] == ["1.00", "0.90"], picks
+
+
 def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:
     budget = total_bytes(uniform_stats(10)) // 2
     out = tmp_path / "p.msgpack"

@@ -104,7 +104,7 @@ CASES = [
     (_edited(_bad_tie), "is tied to 'nope', not a listed tensor"),
     (_edited(_zero_calls), "traps[1].calls: expected int in [1, 2147483648], got 0"),
     (_edited(_zero_memory), "device.memory_bytes: expected int in [1, 1125899906842624], got 0"),
-    (lambda tmp: tmp / "missing.json", "no such file; pass the file written by"),
+    (lambda tmp: tmp / "missing.json", "no such file; pass a stats file (`ftc profile --save-stats`)"),
     (lambda tmp: tmp, "is a folder, not a stats file"),
     (_binary, "binary data, not a JSON stats file (a profile?)"),
     (_edited(_huge_memory), "device.memory_bytes: expected int in [1, 1125899906842624]"),

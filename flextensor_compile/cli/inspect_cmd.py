@@ -75,15 +75,20 @@ def _render_explain(expl: dict, console: Any) -> None:
     from rich.table import Table
 
     from flextensor_compile.cli.render import safe
-    from flextensor_compile.units import format_bytes
+    from flextensor_compile.units import format_bytes, format_ms
 
     left = expl["budget_left_bytes"]
     console.print(f"\nbudget left: {'no cap' if left is None else format_bytes(left)}")
-    bound = expl["bound_ms"]
-    if bound:
-        console.print(f"predicted makespan {expl['makespan_ms']:.3f} ms = "
-                      f"{expl['makespan_ms'] / bound:.3f} x the staging bound {bound:.3f} ms "
-                      "(no plan within this budget predicts less)")  # fmt: skip
+    bound, makespan = expl["bound_ms"], expl["makespan_ms"]
+    if bound and makespan < bound * (1 - 1e-6):  # no plan predicts less: the file was edited
+        console.print(f"predicted makespan {format_ms(makespan)} ms is below the staging bound "
+                      f"{format_ms(bound)} ms of the profile's own traps: its predictions do not "
+                      "match its traps (edited by hand?); re-plan it with `ftc plan PROFILE -o "
+                      "OUT`")  # fmt: skip
+    elif bound:
+        console.print(f"predicted makespan {format_ms(makespan)} ms = {makespan / bound:.3f} x "
+                      f"the staging bound {format_ms(bound)} ms (no plan within this budget "
+                      "predicts less)")  # fmt: skip
     why = Table(title="why each tensor streams or stays", title_justify="left",
                 header_style="bold")  # fmt: skip
     for col in ("tensor", "placement", "size", "window ms", "copy ms", "reason"):

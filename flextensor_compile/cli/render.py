@@ -8,6 +8,7 @@ control characters. Must not know: how they are computed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -54,8 +55,19 @@ def err_console() -> Console:
 
 
 def print_json(doc: Any) -> None:
-    """Machine-readable output: one JSON document on stdout."""
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    """Machine-readable output: one JSON document on stdout, strict JSON (a number that is not
+    finite, which JSON cannot hold, is written as null rather than as `NaN`)."""
+    sys.stdout.write(json.dumps(_finite(doc), indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _summary(doc: dict[str, Any]) -> Table:

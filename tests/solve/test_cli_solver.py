@@ -181,6 +181,27 @@ def test_inspect_explain_and_timeline(stats_file: Path, tmp_path: Path) -> None:
     assert "x the staging bound" in human.output
 
 
+def test_explain_on_a_hand_edited_profile_says_its_predictions_do_not_match(
+    tmp_path: Path,
+) -> None:
+    """A trap's compute edited up after planning: no plan could predict the recorded makespan,
+    and the explanation says so instead of a ratio of 0.000."""
+    src = Path(__file__).parents[2] / "profiles" / "tiny_transformer.f60.msgpack"
+    profile = load(src)
+    traps = list(profile.traps)
+    traps[1] = replace(traps[1], compute_ms=1e6)
+    edited = tmp_path / "edited.msgpack"
+    from flextensor_runtime.profile import save
+
+    save(replace(profile, traps=tuple(traps)), edited)
+    result = runner.invoke(app, ["inspect", str(edited), "--explain"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert "its predictions do not match its traps" in result.output
+    assert "x the staging bound" not in result.output
+    plain = runner.invoke(app, ["inspect", str(src), "--explain"], env={"COLUMNS": "400"})
+    assert "x the staging bound" in plain.output and "do not match" not in plain.output
+
+
 def test_explain_on_an_80_column_terminal_folds_names(tmp_path: Path) -> None:
     long = "model.layers.{}.self_attention.query_key_value_projection.weight"
     traps = tuple(TrapStat(f"model.layers.{i}.self_attention", 1.0,
@@ -305,3 +326,10 @@ def test_ring_assignment_through_plan_sweep_and_explain(tmp_path: Path) -> None:
     assert swept.exit_code == 0, swept.output
     bad = runner.invoke(app, ["sweep", str(out), "--fractions", "0.3", "--assignment", "rng"])
     assert bad.exit_code != 0 and "unknown assignment 'rng'" in str(bad.exception or bad.output)
+
+
+def test_json_output_is_strict_json(capsys) -> None:
+    from flextensor_compile.cli.render import print_json
+
+    print_json({"a": float("nan"), "b": [1.5, float("inf")], "c": (2, "x")})
+    assert json.loads(capsys.readouterr().out) == {"a": None, "b": [1.5, None], "c": [2, "x"]}

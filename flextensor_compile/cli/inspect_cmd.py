@@ -33,12 +33,7 @@ def inspect(
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
     from flextensor_compile.cli.inputs import check_regular_file
-    from flextensor_compile.cli.paths import (
-        atomic_output,
-        check_distinct,
-        check_image_file,
-        image_format,
-    )
+    from flextensor_compile.cli.paths import check_distinct, check_image_file, write_image
     from flextensor_compile.cli.render import out_console, print_json, render_inspect, safe
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_runtime.errors import ProfileFormatError
@@ -53,8 +48,7 @@ def inspect(
     if timeline is not None:
         from flextensor_compile.timeline import plot_timeline
 
-        with atomic_output(timeline) as tmp:
-            plot_timeline(loaded, tmp, image_format(timeline))
+        write_image(timeline, lambda tmp, fmt: plot_timeline(loaded, tmp, fmt))
     if explain:
         from flextensor_compile.explain import explain_profile, explanation_json
 

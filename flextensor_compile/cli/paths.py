@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,6 +35,7 @@ __all__ = [
     "check_output_dir",
     "check_output_file",
     "image_format",
+    "write_image",
 ]
 
 # What `Figure.savefig` writes without extra packages (its format comes from the suffix).
@@ -139,6 +140,12 @@ def image_format(path: Path) -> str:
     """The format to draw `path` in: its suffix, or PNG when it has none (the temp file it is
     drawn to first has its own suffix, so writers are told the format, never left to guess)."""
     return path.suffix.lower().lstrip(".") or "png"
+
+
+def write_image(path: Path, draw: Callable[[Path, str], object]) -> None:
+    """`draw(temp path, format)` makes the image `path` names, whole or not at all."""
+    with atomic_output(path) as tmp:
+        draw(tmp, image_format(path))
 
 
 @contextmanager

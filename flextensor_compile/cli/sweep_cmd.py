@@ -85,7 +85,7 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
-    from flextensor_compile.cli.paths import atomic_output, image_format
+    from flextensor_compile.cli.paths import write_image
     from flextensor_compile.cli.render import out_console, print_json, safe
     from flextensor_compile.sweep import plot_sweep, weight_bytes
     from flextensor_compile.sweep import sweep as run_sweep
@@ -98,8 +98,7 @@ def sweep(
         points = run_sweep(stats, config, budgets, lambda: bars.advance("sweep"), jobs)
     planned = any(p.makespan_ms is not None for p in points)
     if plot is not None and planned:  # no plan, no curve: an empty chart is not written
-        with atomic_output(plot) as tmp:
-            plot_sweep(points, tmp, image_format(plot))
+        write_image(plot, lambda tmp, fmt: plot_sweep(points, tmp, fmt))
     if as_json:
         print_json([asdict(p) for p in points])
         return

@@ -86,7 +86,7 @@ def sweep(
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from flextensor_compile.cli.paths import write_image
-    from flextensor_compile.cli.render import out_console, print_json, safe
+    from flextensor_compile.cli.render import print_json
     from flextensor_compile.sweep import plot_sweep, weight_bytes
     from flextensor_compile.sweep import sweep as run_sweep
 
@@ -105,20 +105,19 @@ def sweep(
     _print_points(
         points, [*_pick_lines(points, weight_bytes(stats)), *_notes(config, plot, planned)]
     )
-    if plot is not None and planned:
-        out_console().print(f"plot written to {safe(plot)}")
 
 
 def _notes(config: PlanConfig, plot: Path | None, planned: bool) -> list[str]:
-    """What the table does not show: a reserve kept from the profile, a plot not drawn."""
+    """What the table does not show: a reserve kept from the profile, where the plot went."""
     from flextensor_compile.units import format_bytes
 
     notes = []
     if config.activation_reserve_bytes:
         notes.append(f"each budget keeps {format_bytes(config.activation_reserve_bytes)} for "
                      "activations (the profile's activation reserve)")  # fmt: skip
-    if plot is not None and not planned:
-        notes.append(f"no plot drawn to {plot}: no budget swept has a plan")
+    if plot is not None:
+        notes.append(f"plot written to {plot}" if planned
+                     else f"no plot drawn to {plot}: no budget swept has a plan")  # fmt: skip
     return notes
 
 

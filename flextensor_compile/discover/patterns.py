@@ -105,7 +105,31 @@ def is_excluded(path: str, exclude: tuple[str, ...]) -> bool:
     )
 
 
-def _no_match(pattern: str, candidates: list[str]) -> ConfigError:
+def _aliases(model: nn.Module) -> dict[str, str]:
+    """Path -> first path of the same module object, for modules reachable at several paths
+    (one layer repeated in a ModuleList: `named_modules()` lists only the first)."""
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for path, module in model.named_modules(remove_duplicate=False):
+        if first.setdefault(id(module), path) != path:
+            aliases[path] = first[id(module)]
+    return aliases
+
+
+def _canonical(name: str, aliases: dict[str, str]) -> str:
+    """A tensor path through a repeated module, as the first path of that module names it."""
+    parent, _, leaf = name.rpartition(".")
+    return f"{aliases[parent]}.{leaf}" if parent in aliases else name
+
+
+def _no_match(pattern: str, candidates: list[str], aliases: dict[str, str]) -> ConfigError:
+    same = [(a, c) for a, c in aliases.items() if fnmatchcase(a, pattern)]
+    if same:
+        alias, canonical = same[0]
+        return ConfigError(
+            f"pattern {pattern!r} names {alias!r}, the same module object as {canonical!r} (one "
+            f"module repeated in the model, run at each place); include {canonical!r} instead"
+        )
     probe = pattern.replace("*", "0").replace("?", "0")
     close = difflib.get_close_matches(probe, candidates, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}?" if close else "check the module paths with named_modules()"
@@ -120,9 +144,12 @@ def select_traps(
     default = not include
     patterns = include or default_include(model)
     modules = [(p, m) for p, m in model.named_modules() if p]
-    params = [n for n, _ in model.named_parameters(remove_duplicate=False)]
-    buffers = [n for n, _ in model.named_buffers(remove_duplicate=False)]
-    _check_excludes(exclude, modules, params, buffers)
+    aliases = _aliases(model)
+    params = list(dict.fromkeys(_canonical(n, aliases) for n, _ in
+                                model.named_parameters(remove_duplicate=False)))  # fmt: skip
+    buffers = list(dict.fromkeys(_canonical(n, aliases) for n, _ in
+                                 model.named_buffers(remove_duplicate=False)))  # fmt: skip
+    _check_excludes(exclude, modules, params, buffers, aliases)
     chosen: dict[str, frozenset[str] | None] = {}
     named_buffers: set[str] = set()
     for pattern in patterns:
@@ -134,7 +161,7 @@ def select_traps(
             [] if pattern.startswith("class:") else [n for n in buffers if _match(pattern, n)]
         )
         if not (hit_modules or hit_tensors or hit_buffers) and not default:
-            raise _no_match(pattern, [p for p, _ in modules] + params)
+            raise _no_match(pattern, [p for p, _ in modules] + params, aliases)
         named_buffers.update(b for b in hit_buffers if not _matches_ancestor(pattern, b))
         for path in hit_modules:
             chosen[path] = None
@@ -161,14 +188,14 @@ def select_traps(
 
 def _check_excludes(
     exclude: tuple[str, ...], modules: list[tuple[str, nn.Module]], params: list[str],
-    buffers: list[str],
+    buffers: list[str], aliases: dict[str, str],
 ) -> None:  # fmt: skip
     """An exclude pattern must match a module, or (unless `class:`) a tensor."""
     for pattern in exclude:
         if not any(_match(pattern, p, m) for p, m in modules) and not (
             not pattern.startswith("class:") and any(_match(pattern, n) for n in params + buffers)
         ):
-            raise _no_match(pattern, [p for p, _ in modules] + params)
+            raise _no_match(pattern, [p for p, _ in modules] + params, aliases)
 
 
 def _kept(path: str, module: nn.Module, exclude: tuple[str, ...]) -> bool:

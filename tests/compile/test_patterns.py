@@ -86,3 +86,28 @@ def test_exclude_matching_nothing_is_an_error_like_include():
         select_traps(models.Stack(), (), ("class:Nope",))
     sel = select_traps(models.Stack(), ("layers.*",), ("*.fc1.weight", "class:Linear"))
     assert sel.traps == ("layers.0", "layers.1", "layers.2")
+
+
+class _Repeated(nn.Module):
+    """One layer object at three places in a ModuleList (weights shared, run three times)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        shared = nn.Linear(32, 32)
+        self.layers = nn.ModuleList([shared, shared, shared] + [nn.Linear(32, 32) for _ in range(4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("include", [(), ("layers.?*",), ("layers.*.weight",)])
+def test_a_module_repeated_in_a_list_is_one_trap_at_its_first_path(include):
+    sel = select_traps(_Repeated(), include, ())
+    assert sel.traps == ("layers.0", "layers.3", "layers.4", "layers.5", "layers.6")
+
+
+def test_a_pattern_naming_a_repeat_names_its_first_path():
+    with pytest.raises(ConfigError, match=r"same module object as 'layers.0'.*include 'layers.0'"):
+        select_traps(_Repeated(), ("layers.1",), ())

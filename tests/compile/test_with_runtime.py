@@ -167,3 +167,26 @@ def test_cover_plan_deploys_with_identical_outputs(tmp_path, mode):
             _deploys_identically(save(profile, tmp_path / f"cover{m}-{k}.msgpack"))
             built += 1
     assert built >= 2  # two sizes of m on this model
+
+
+def test_a_model_with_a_layer_repeated_in_a_list_deploys_identically(tmp_path):
+    """One layer object at three places (ALBERT-style sharing): its trap runs three times and
+    stays resident, the other layers stream, outputs are bit-identical."""
+    from tests.compile.test_patterns import _Repeated
+
+    torch.manual_seed(0)
+    reference = _Repeated().eval()
+    cfg = OffloadConfig(max_gpu_mem_fraction=0.8, profiling_iters=1, warmup_iters=0)
+    profile = compile_profile(reference, lambda: (torch.randn(2, 32),), cfg)
+    traps = [t.name for t in profile.traps if t.kind == "module"]
+    assert traps == ["layers.0", "layers.3", "layers.4", "layers.5", "layers.6"]
+    assert next(t for t in profile.traps if t.name == "layers.0").calls == 3
+    assert profile.predicted.streamed_bytes > 0
+    path = save(profile, tmp_path / "p.msgpack")
+    x = torch.randn(2, 32)
+    with torch.no_grad():
+        expected = reference(x)
+        model = _Repeated().eval()
+        model.load_state_dict(reference.state_dict())
+        got = deploy.offload_from_profile(model, path, device="cpu")(x)
+    assert torch.equal(expected, got)

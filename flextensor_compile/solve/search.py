@@ -175,11 +175,12 @@ def _mix(
 def smallest_memory(
     problem: Problem, layouts: tuple[tuple[int, str], ...], every_other: Selection
 ) -> int | None:
-    """The least peak of our plans: everything streams, or (one block) every other trap; a
+    """The least peak of our plans: everything streams, or (one block) every other trap, or
+    nothing does (in a small model block alignment can cost more than streaming saves); a
     block layout counts only where its assignment uses the blocks `min_blocks` asks for (as
     for any plan), so the budget this reports is one a plan can have."""
     full = tuple(tuple(range(len(t.items))) for t in problem.traps)
-    found = []
+    found = [problem.total_bytes + problem.reserve_bytes] if problem.min_blocks <= 1 else []
     for sel in (full, every_other):
         pick = pick_of(problem, sel)
         for k, order in layouts:

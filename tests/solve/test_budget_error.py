@@ -53,3 +53,21 @@ def test_a_claimed_smallest_budget_is_above_the_one_that_failed(
     except BudgetError as exc:
         least = _claimed(str(exc))
         assert least is None or least > budget, str(exc)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_stats(), st.floats(0.05, 0.99))
+def test_the_claimed_smallest_budget_is_never_above_keeping_everything_resident(
+    stats, fraction: float
+) -> None:
+    """A plan that streams nothing fits the weight bytes: the least claimed is never more (in a
+    small model block alignment can make every streaming plan larger), and it is a budget a
+    plan fits."""
+    budget = max(1, int(fraction * total_bytes(stats)))
+    try:
+        solve(problem_from_stats(stats, PlanConfig(budget_bytes=budget)))
+    except BudgetError as exc:
+        least = _claimed(str(exc))
+        assert least is not None and least <= total_bytes(stats), str(exc)
+        assert exc.least_bytes == least
+        solve(problem_from_stats(stats, PlanConfig(budget_bytes=least)))  # raises if it is not

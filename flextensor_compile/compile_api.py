@@ -29,8 +29,12 @@ from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
 from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
 
-__all__ = ["Compilation", "ProfilingCost", "ProgressSink", "collect_stats", "compile_profile",
-           "instrumentation", "plan_command", "plan_stats", "summary_document"]  # fmt: skip
+__all__ = ["INSTRUMENT_PARTS", "Compilation", "ProfilingCost", "ProgressSink", "collect_stats",
+           "compile_profile", "instrumentation", "plan_command", "plan_stats",
+           "summary_document"]  # fmt: skip
+
+# The parts `instrumentation` returns: `--instrument DIR` writes DIR/<part>.json for each.
+INSTRUMENT_PARTS = ("config", "discovery", "measurement", "plan")
 
 
 class ProgressSink(Protocol):

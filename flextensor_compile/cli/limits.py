@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["MAX_BLOCKS", "MAX_FRACTION", "MAX_ITERS", "MAX_SEED", "check_at_most",
-           "check_fractions"]  # fmt: skip
+__all__ = ["MAX_BLOCKS", "MAX_FRACTION", "MAX_ITERS", "MAX_SEED", "check_at_most", "check_fractions",
+           "check_seed"]  # fmt: skip
 
 MAX_BLOCKS = 100_000  # more memory blocks than any model has tensors
 MAX_ITERS = 10_000  # timed or warm-up forwards: the median settles within a few
@@ -30,6 +30,13 @@ def check_at_most(
             raise ConfigError(f"{option} {value} is too large; give at most {limit} ({why})")
         if signed and value < -limit - 1:
             raise ConfigError(f"{option} {value} is too small; give at least {-limit - 1} ({why})")
+
+
+def check_seed(seed: int) -> None:
+    """A seed the profile can record: 0 to `MAX_SEED`."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed {seed} is out of range; give at least 0 and at most {MAX_SEED} (the "
+                          "profile stores it as an unsigned 64-bit integer)")  # fmt: skip
 
 
 def check_fractions(spec: str, fractions: tuple[float, ...]) -> None:

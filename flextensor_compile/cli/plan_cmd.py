@@ -38,6 +38,7 @@ def plan(
     ),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks to use."),
     assignment: str = typer.Option("optimized-round-robin", "--assignment", help=ASSIGNMENT_HELP),
+    seed: int = typer.Option(0, "--seed", help="Seed recorded in the plan (as `ftc profile`'s)."),
     as_json: bool = typer.Option(
         False, "--json", metavar=FLAG, help="Print the profile's inspect document."
     ),
@@ -52,11 +53,11 @@ def plan(
     from flextensor_compile.units import parse_size
     from flextensor_runtime.profile import PlanConfig, save
 
-    _check(stats, out, mem_fraction, budget, num_blocks, min_blocks)
+    _check(stats, out, mem_fraction, budget, num_blocks, min_blocks, seed)
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
-        min_blocks=min_blocks, assignment=assignment,
+        min_blocks=min_blocks, assignment=assignment, seed=seed,
         activation_reserve_bytes=0 if activation_reserve is None
         else parse_size(activation_reserve, "--activation-reserve"),
     )  # fmt: skip
@@ -87,9 +88,9 @@ def _print_summary(profile: Profile, out: Path) -> None:
 
 
 def _check(stats: Path, out: Path, mem_fraction: float | None, budget: str | None,
-           num_blocks: int | None, min_blocks: int) -> None:  # fmt: skip
+           num_blocks: int | None, min_blocks: int, seed: int) -> None:  # fmt: skip
     """The options and the output path, before the stats file is read."""
-    from flextensor_compile.cli.limits import MAX_BLOCKS, check_at_most
+    from flextensor_compile.cli.limits import MAX_BLOCKS, check_at_most, check_seed
     from flextensor_compile.cli.paths import check_distinct, check_output_file
     from flextensor_runtime.errors import ConfigError
 
@@ -97,6 +98,7 @@ def _check(stats: Path, out: Path, mem_fraction: float | None, budget: str | Non
         raise ConfigError("both --mem-fraction and --budget were given; pass only one")
     check_at_most({"--num-blocks": num_blocks, "--min-blocks": min_blocks}, MAX_BLOCKS,
                   "more blocks than the model has tensors")  # fmt: skip
+    check_seed(seed)
     check_output_file(out, "-o", "profile.msgpack")
     check_distinct([("-o", out)], [("the input", stats)])
 

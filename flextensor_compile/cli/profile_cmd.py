@@ -29,7 +29,7 @@ def _check_limits(opts: dict[str, Any]) -> None:
     lim.check_at_most(blocks, lim.MAX_BLOCKS, "more blocks than the model has tensors")
     iters = {"--profiling-iters": opts["profiling_iters"], "--warmup-iters": opts["warmup_iters"]}
     lim.check_at_most(iters, lim.MAX_ITERS, "each is a full forward; the median settles in a few")
-    lim.check_at_most({"--seed": opts["seed"]}, lim.MAX_SEED, "the profile stores 64 bits", True)
+    lim.check_seed(opts["seed"])
 
 
 def _config(opts: dict[str, Any]) -> Any:
@@ -154,8 +154,12 @@ def _run(opts: dict[str, Any]) -> None:
     check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
     check_output_file(save_stats, "--save-stats", "stats.json")
     check_output_dir(instrument, "--instrument")
+    from flextensor_compile.compile_api import INSTRUMENT_PARTS
+
     model_path = Path(model) if Path(model).is_file() else None
-    check_distinct([("-o", output), ("--save-stats", save_stats)],
+    parts = [] if instrument is None else [instrument / f"{p}.json" for p in INSTRUMENT_PARTS]
+    check_distinct([("--instrument", instrument), *(("--instrument", p) for p in parts),
+                    ("-o", output), ("--save-stats", save_stats)],
                    [("the model file", model_path)])  # fmt: skip
     from flextensor_compile import compile_api
     from flextensor_compile.model_file import build_model, load_model_spec, make_inputs

@@ -67,6 +67,7 @@ def test_plan_refuses_to_overwrite_its_stats_file(tmp_path, capsys) -> None:
         (["--save-stats", "{model}"], "--save-stats {model}: is the model file"),
         (["-o", "{tmp}/x.bin", "--save-stats", "{tmp}/x.bin"], "--save-stats {tmp}/x.bin: is also"),
         (["-o", "{model}/p.msgpack"], "-o {model}/p.msgpack: '{model}' is a file, not a folder"),
+        (["-o", "{tmp}/a.msgpack", "--instrument", "{tmp}/a.msgpack"], "-o {tmp}/a.msgpack: is also"),
     ],
 )
 def test_profile_refuses_outputs_that_clash(tmp_path, capsys, args, needle) -> None:
@@ -77,6 +78,21 @@ def test_profile_refuses_outputs_that_clash(tmp_path, capsys, args, needle) -> N
     code, _, err = _run(capsys, argv)
     _one_line(code, err, "invalid option", needle.format(**fmt))
     assert _files(tmp_path) == {"model.py": NEVER_BUILT.encode()}
+
+
+@pytest.mark.parametrize("option", ["-o", "--save-stats"])
+def test_profile_refuses_an_output_an_instrument_file_would_overwrite(
+    tmp_path, capsys, option
+) -> None:
+    """--instrument DIR writes DIR/config.json, discovery.json, measurement.json, plan.json."""
+    model = tmp_path / "model.py"
+    model.write_text(NEVER_BUILT)
+    (tmp_path / "d").mkdir()
+    clash = tmp_path / "d" / "plan.json"
+    code, _, err = _run(capsys, ["profile", str(model), option, str(clash), "--instrument",
+                                 str(tmp_path / "d")])  # fmt: skip
+    _one_line(code, err, "invalid option", f"{option} {clash}: is also the --instrument output")
+    assert list((tmp_path / "d").iterdir()) == []
 
 
 def test_inspect_and_sweep_refuse_to_draw_over_their_input(tmp_path, capsys) -> None:
@@ -244,6 +260,17 @@ def test_absurd_integers_are_refused_before_building(tmp_path, capsys, option) -
     argv = ["profile", str(model), "-o", str(tmp_path / "p.msgpack"), option, HUGE]
     code, _, err = _run(capsys, argv)
     _one_line(code, err, "invalid option", f"{option} {HUGE}", "at most")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py"]
+
+
+@pytest.mark.parametrize("command", ["profile", "plan"])
+def test_a_negative_seed_is_refused_before_any_work(tmp_path, capsys, command) -> None:
+    model = tmp_path / "model.py"
+    model.write_text(NEVER_BUILT)
+    source = str(model) if command == "profile" else str(STATS)
+    argv = [command, source, "-o", str(tmp_path / "p.msgpack"), "--seed", "-1"]
+    code, _, err = _run(capsys, argv)
+    _one_line(code, err, "invalid option", "--seed -1 is out of range; give at least 0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py"]
 
 

@@ -100,6 +100,20 @@ def test_ftc_plan_on_saved_stats_is_byte_identical(tiny_stats, tmp_path, capsys,
     assert replanned == out.read_bytes()
 
 
+def test_the_recorded_command_remakes_the_profile_with_its_seed(tmp_path, capsys):
+    """`meta.command` runs as written on the saved stats and gives the same bytes, seed too."""
+    import shlex
+
+    out, stats = tmp_path / "a.msgpack", tmp_path / "s.json"
+    _ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"), "--target", "rtx4090",
+         "--budget", "3MiB", "--seed", "5", "-o", str(out), "--save-stats", str(stats))  # fmt: skip
+    command = shlex.split(load(out).meta.command)
+    assert command[:2] == ["ftc", "plan"] and "--seed" in command
+    again = tmp_path / "b.msgpack"
+    _ftc(capsys, "plan", str(stats), *command[2:], "-o", str(again))
+    assert again.read_bytes() == out.read_bytes()
+
+
 def test_cli_target_planning_uses_the_roofline(tmp_path, capsys):
     out = tmp_path / "t.msgpack"
     summary = json.loads(_ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"),

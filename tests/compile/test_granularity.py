@@ -265,6 +265,7 @@ def test_a_lifted_layout_deploys_bit_identical_with_deferred_copies(early: bool)
 
 
 def test_instrumentation_counts_iterations_per_measurement() -> None:
+    from flextensor_compile.compile_api import INSTRUMENT_PARTS
     from profiles import tiny_transformer
 
     weights = sum(p.numel() * p.element_size() for p in tiny_transformer.build_model().parameters())
@@ -272,7 +273,10 @@ def test_instrumentation_counts_iterations_per_measurement() -> None:
     cfg = OffloadConfig(device="cpu", device_memory_bytes=weights, h2d_bytes_per_s=1e6,
                         budget_bytes=weights * 7 // 10, warmup_iters=1, profiling_iters=2)  # fmt: skip
     c = collect_stats(tiny_transformer.build_model(), tiny_transformer.example_inputs, cfg)
-    measurement = instrumentation(c)["measurement"]
+    doc = instrumentation(c)
+    assert tuple(doc) == INSTRUMENT_PARTS  # `ftc profile` checks these files against its outputs
+    measurement = doc["measurement"]
     assert measurement["measurements"] == 2 and c.cost.forwards == 2 * (1 + 1 + 2)
     assert (measurement["warmup_iters"], measurement["profiling_iters"]) == (1, 2)
     assert measurement["cost"]["forwards"] == 8
+

@@ -3,7 +3,9 @@
 Owns: on a GPU, timing pinned-host -> device copies (CUDA events, median of several copies per
 size); without one, timing host memory copies between two separate buffers (what the CPU
 backend of the runtime does instead of DMA). Both give points (bytes, bytes/s), the rate at the
-largest size, and a per-copy latency fitted from the smallest copy. By default each sample times
+largest size, and a per-copy latency fitted from the smallest copy (GPU: the median sample; host:
+the fastest, timed on one thread, so another process holding a core does not make copies look
+1000x slower). By default each sample times
 one copy on its own; `queued=N` times N copies issued back to back and counts a Nth of that,
 the cost of a copy that waits behind others (a busy copy engine: what a schedule limited by its
 copies sees, where a copy's fixed costs may overlap the copy before it).
@@ -26,6 +28,7 @@ __all__ = ["CopyCurve", "measure_cuda_copies", "measure_host_copies"]
 _CUDA_SIZES = (1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28)
 _HOST_SIZES = (1 << 18, 1 << 22, 1 << 25)
 _REPEATS = 5
+_HOST_REPEATS = 9
 
 
 @dataclass(frozen=True)
@@ -81,16 +84,25 @@ def measure_host_copies(queued: int = 1) -> CopyCurve:
     """Host memory copies between separate buffers (the emulated device's copy engine); each
     sample times `queued` copies back to back (per copy: a `queued`-th of it)."""
     _check_queued(queued)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a copy split over threads waits for every core: one busy core
+    try:  # elsewhere made a 256 KiB copy take milliseconds
+        return _curve(_host_times(queued))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _host_times(queued: int) -> dict[int, float]:
     times: dict[int, float] = {}
     for size in _HOST_SIZES:
         src = torch.ones(size, dtype=torch.uint8)
         dst = torch.empty(size, dtype=torch.uint8)
         dst.copy_(src)
         samples = []
-        for _ in range(_REPEATS):
+        for _ in range(_HOST_REPEATS):
             t0 = time.perf_counter()
             for _ in range(queued):
                 dst.copy_(src)
             samples.append((time.perf_counter() - t0) / queued)
-        times[size] = statistics.median(samples)
-    return _curve(times)
+        times[size] = min(samples)  # the least: a copy that waited for a core measures load
+    return times

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from bench.plan_quality.copy_models import (
     COPY_MODELS,
@@ -66,7 +67,9 @@ def test_a_host_copy_curve_round_trips(tmp_path: Path) -> None:
 def test_the_queued_curve_times_copies_issued_back_to_back() -> None:
     from flextensor_compile.measure.bandwidth import measure_host_copies
 
+    threads = torch.get_num_threads()
     single, queued = measure_host_copies(), measure_host_copies(queued=4)
+    assert torch.get_num_threads() == threads  # timed on one thread, then put back
     assert [p.bytes for p in queued.points] == [p.bytes for p in single.points]
     assert all(p.bytes_per_s > 0 for p in queued.points) and queued.latency_ms >= 0
     for bad in (0, -1, True, 2.5):

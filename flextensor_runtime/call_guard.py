@@ -1,26 +1,38 @@
-"""Refusing to run a module whose streamed weights belong to a manual trap outside that trap.
+"""Refusing to run a module whose streamed weights are not present (its trap is not running).
 
-Owns: forward pre-hooks on the modules that own a manual trap's streamed tensors: when such a
-module is called while none of the traps reading its weights' transfers is running (the code
-lacks `with offload_block(name):`), one `ConfigError` line names the module, the trap and the
-fix. Without it the module silently read whatever the memory block held. Modules driven by a
-trap of their own are not hooked (their trap runs first).
+Owns: forward pre-hooks on the modules that own a trap's streamed tensors but have no trap of
+their own: a child of a module trap (`blocks.3.up` under the trap `blocks.3`), or a module
+driven by a manual trap. Called while a transfer its weights come from is not held by a running
+trap (a direct call of the child, or code that lacks `with offload_block(name):`), it raises one
+`ConfigError` line naming the module, the trap and the fix. Without it the module silently read
+whatever the memory block held. Modules driven by a trap of their own are not hooked (their trap
+runs first). The per-call cost is one lookup per transfer the module reads (usually one).
 Must not know: schedules on disk, backends, how copies are made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
 from flextensor_runtime.errors import ConfigError
-from flextensor_runtime.profile import Profile, TensorEntry
+from flextensor_runtime.profile import Profile, TensorEntry, Trap
 from flextensor_runtime.schedule import Tables
 from flextensor_runtime.traps import Runtime
 
-__all__ = ["guard_manual_traps"]
+__all__ = ["guard_owner_calls"]
+
+
+@dataclass
+class _Need:
+    """A hooked module: its path, the trap it belongs to, the transfers its weights come from."""
+
+    path: str
+    trap: Trap
+    transfers: set[int] = field(default_factory=set)
 
 
 def _owner(e: TensorEntry) -> str:
@@ -29,43 +41,66 @@ def _owner(e: TensorEntry) -> str:
     return ".".join(parts[: -2 if e.kind == "inner" else -1])
 
 
-def _needs(profile: Profile, tables: Tables) -> dict[str, tuple[str, set[int]]]:
-    """Owner path -> (manual trap name, transfers its streamed tensors come from)."""
+def _needs(model: nn.Module, profile: Profile, tables: Tables, trapped: set[int]) -> list[_Need]:
+    """One entry per module (by object: a module shared by two paths is hooked once) that owns
+    streamed tensors and is not in `trapped`."""
     carrier = {e.name: p.index for p in tables.transfers for e in p.entries}
-    needs: dict[str, tuple[str, set[int]]] = {}
+    needs: dict[int, _Need] = {}
     for trap in profile.traps:
-        if trap.kind != "manual":
-            continue
         for e in trap.tensors:
             k = carrier.get(e.tie or e.name) if e.placement != "resident" else None
-            if k is not None:
-                needs.setdefault(_owner(e), (trap.name, set()))[1].add(k)
-    return needs
+            if k is None:
+                continue
+            path = _owner(e)
+            module = model.get_submodule(path)
+            if id(module) not in trapped:
+                needs.setdefault(id(module), _Need(path, trap)).transfers.add(k)
+    return list(needs.values())
 
 
-def guard_manual_traps(
+def _message(m: nn.Module, need: _Need) -> str:
+    name, trap = need.path or type(m).__name__, need.trap.name
+    if need.trap.kind == "manual":
+        return (
+            f"module {name!r} ran outside offload_block({trap!r}): its streamed weights are only "
+            f"present inside that block; wrap the code that calls it in "
+            f"`with offload_block({trap!r}):`"
+        )
+    return (
+        f"module {name!r} was called outside its trap {trap!r}: its streamed weights are only "
+        f"present while that trap runs; call the module {trap!r} or the whole model instead, or "
+        "`handle(model).remove()` first"
+    )
+
+
+def _check(active: list[int], need: _Need) -> Callable[[nn.Module, Any], None]:
+    """The pre-hook: one list lookup per transfer (the common case is one transfer)."""
+    if len(need.transfers) == 1:
+        (k,) = need.transfers
+
+        def check_one(m: nn.Module, args: Any) -> None:
+            if not active[k]:
+                raise ConfigError(_message(m, need))
+
+        return check_one
+    needed = tuple(sorted(need.transfers))
+
+    def check(m: nn.Module, args: Any) -> None:
+        if not all(active[k] for k in needed):
+            raise ConfigError(_message(m, need))
+
+    return check
+
+
+def guard_owner_calls(
     model: nn.Module, profile: Profile, tables: Tables, runtime: Runtime, trapped: set[int]
 ) -> Callable[[], None]:
-    """Hook the owners of manual traps' streamed tensors (not those in `trapped`, the ids of
-    modules with a trap of their own). Returns the undo."""
-    hooks = []
-    active = runtime.active
-    for path, (trap, ks) in _needs(profile, tables).items():
-        module = model.get_submodule(path)
-        if id(module) in trapped:
-            continue
-        needed = tuple(sorted(ks))
-
-        def check(m: nn.Module, args: Any, path: str = path, trap: str = trap,
-                  needed: tuple[int, ...] = needed) -> None:  # fmt: skip
-            if not all(active[k] for k in needed):
-                raise ConfigError(
-                    f"module {path or type(m).__name__!r} ran outside offload_block({trap!r}): "
-                    "its streamed weights are only present inside that block; wrap the code "
-                    f"that calls it in `with offload_block({trap!r}):`"
-                )
-
-        hooks.append(module.register_forward_pre_hook(check))
+    """Hook the owners of streamed tensors (not those in `trapped`, the ids of modules with a
+    trap of their own). Returns the undo."""
+    hooks = [
+        model.get_submodule(need.path).register_forward_pre_hook(_check(runtime.active, need))
+        for need in _needs(model, profile, tables, trapped)
+    ]
 
     def undo() -> None:
         for hook in hooks:

@@ -2,8 +2,8 @@
 
 Owns: the order of installation (device blocks once; per transfer a host buffer filled from the
 model or the checkpoint, then the originals released; resident weights moved once; traps
-patched onto module forwards; the weight and manual-trap guards; the cyclic prologue issued)
-and an undo stack, so a failure at any
+patched onto module forwards; the weight guard; the call guard on owners of streamed weights
+without a trap of their own; the cyclic prologue issued) and an undo stack, so a failure at any
 step, or `remove()`, restores parameters, forwards and devices.
 Must not know: profile files, the trap state machine's internals, report formatting.
 """
@@ -19,10 +19,10 @@ from torch import nn
 
 from flextensor_runtime.backend import DeviceBackend
 from flextensor_runtime.bind import Binding, TensorRef
+from flextensor_runtime.call_guard import guard_owner_calls
 from flextensor_runtime.errors import InstallError, ModelFileError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.lazy_load import Checkpoint
-from flextensor_runtime.manual_guard import guard_manual_traps
 from flextensor_runtime.profile import Profile, TensorEntry
 from flextensor_runtime.schedule import Tables, build_tables
 from flextensor_runtime.transfer_modes import StreamedTensor, check_mode, make_mode
@@ -279,7 +279,7 @@ def _install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
         hosts = _host_copies(profile, streamed)
         dep.undo.append(guard_weights(dep.model, lambda: [r.tensor for r in refs], hosts))
         trapped = {id(m) for m in dep.binding.modules.values()}
-        dep.undo.append(guard_manual_traps(dep.model, profile, tables, runtime, trapped))
+        dep.undo.append(guard_owner_calls(dep.model, profile, tables, runtime, trapped))
         dep.runtime, dep.tables = runtime, tables
         runtime.prologue()
         free = hooks.free_fn

@@ -9,8 +9,7 @@ Must not know: how discovery, measurement or solving work.
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import nullcontext, redirect_stdout
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.progress import PhaseBars
+from flextensor_compile.cli.streams import stdout_to_stderr
 
 __all__ = ["register"]
 
@@ -173,7 +173,7 @@ def _run(opts: dict[str, Any]) -> None:
     stats_at = None if save_stats is None else save_stats.absolute()
     instrument_at = None if instrument is None else instrument.absolute()
     # With --json stdout carries one document: what the model file prints goes to stderr.
-    with redirect_stdout(sys.stderr) if as_json else nullcontext():
+    with stdout_to_stderr() if as_json else nullcontext():
         spec = load_model_spec(model, inputs)
         config = config.with_patterns(spec.include, spec.exclude)
         with PhaseBars(quiet or as_json) as bars:

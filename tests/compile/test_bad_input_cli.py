@@ -456,3 +456,23 @@ def test_control_characters_in_a_path_are_shown_as_escapes(tmp_path, capsys) -> 
     code, _, err = _run(capsys, ["plan", str(source), "-o", str(tmp_path / "o.msgpack")])
     _one_line(code, err, "invalid stats", "a\\x1b[31mred\\x07.json")
     assert "\x1b" not in err and "\x07" not in err
+
+
+def test_json_stays_one_document_when_the_model_writes_to_descriptor_1(tmp_path) -> None:
+    """`os.write(1, ...)` and `sys.__stdout__` bypass `sys.stdout`: they go to stderr too."""
+    model = tmp_path / "noisy.py"
+    model.write_text(
+        "import os, sys, torch\n"
+        "os.write(1, b'raw write at import\\n')\n"
+        "def build_model():\n"
+        "    print('built', file=sys.__stdout__)\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))\n"
+        "def example_inputs():\n"
+        "    return (torch.ones(1, 8),)\n"
+    )
+    argv = [sys.executable, "-m", "flextensor_compile", "profile", str(model), "--json",
+            "--profiling-iters", "1", "-o", str(tmp_path / "p.msgpack")]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["traps"] == 2
+    assert "raw write at import" in done.stderr and "built" in done.stderr

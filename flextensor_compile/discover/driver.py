@@ -149,8 +149,7 @@ def discover(
     plan = plan_slots(events, hooks.manual_names)
     if not plan.traps:
         raise ModelFileError(
-            f"{source}: no trap ran during the forward (patterns: {', '.join(sel.include) or 'none'});"
-            " pass --include patterns that name modules the forward calls"
+            f"{source}: no trap ran during the forward: {_why_no_trap(model, sel)}"
         )
     tensors = model_tensor_entries(model) if entries is None else entries
     assignment = assign_tensors(tensors, sel, plan, dict(recorder.reads))
@@ -166,6 +165,27 @@ def discover(
         meta=meta,
         selection=sel,
         report=report,
+    )
+
+
+def _why_no_trap(model: nn.Module, sel: Selection) -> str:
+    """Why no selected module ran, and the patterns to pass instead."""
+    patterns = ", ".join(repr(p) for p in sel.include) or "none"
+    if not any(True for _ in model.named_children()):
+        return ("the model has no submodules to trap (one layer); offloading streams the "
+                "weights of the layers a model is built of: wrap it in a module of layers")  # fmt: skip
+    if not sel.traps and sel.exclude:
+        return (f"--exclude {', '.join(sel.exclude)} removes every module the patterns "
+                f"({patterns}) select; narrow --exclude")  # fmt: skip
+    containers = [p for p in sel.traps
+                  if isinstance(model.get_submodule(p), (nn.ModuleList, nn.ModuleDict))]  # fmt: skip
+    if containers:
+        return (f"{containers[0]!r} is a {type(model.get_submodule(containers[0])).__name__}, "
+                f"which is never called (its children are); pass --include "
+                f"'{containers[0]}.*'")  # fmt: skip
+    return (
+        f"the modules the patterns ({patterns}) select never ran; pass --include patterns "
+        "that name modules the forward calls"
     )
 
 

@@ -171,3 +171,25 @@ def test_weights_tied_by_storage_not_identity():
     head = _tensors(d, "head")["head.weight"]
     assert head.tie == "embed.weight" and not head.offloadable
     assert not _tensors(d, "embed")["embed.weight"].offloadable
+
+
+@pytest.mark.parametrize(
+    ("build", "include", "exclude", "why"),
+    [
+        (models.Stack, (), ("layers.*",), "--exclude layers.* removes every module the patterns"),
+        (models.Stack, ("layers",), (), "'layers' is a ModuleList, which is never called (its "
+                                        "children are); pass --include 'layers.*'"),
+        (lambda: torch.nn.Linear(models.DIM, models.DIM), (), (),
+         "the model has no submodules to trap"),
+        (models.Stack, ("unused",), (), "the modules the patterns ('unused') select never ran"),
+    ],
+)
+def test_no_trap_ran_says_why(build, include, exclude, why):
+    from flextensor_runtime.errors import ModelFileError
+
+    model = build()
+    inputs = models.stack_inputs() if isinstance(model, models.Stack) else (
+        torch.ones(1, models.DIM),)  # fmt: skip
+    with pytest.raises(ModelFileError, match="no trap ran during the forward") as exc:
+        _discover(model, inputs, include=include, exclude=exclude)
+    assert why in str(exc.value)

@@ -25,6 +25,7 @@ from flextensor_compile.measure.targets import get_target
 from flextensor_compile.measure.timing import place_whole
 from flextensor_compile.model_file import Inputs, inputs_on, normalize_inputs
 from flextensor_compile.stats import Stats, TrapStat, canonical_stats
+from flextensor_compile.trap_granularity import splittable
 from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.model_tensors import model_tensor_entries
 from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
@@ -233,17 +234,12 @@ def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Pro
         return plan_profile(canonical_stats(stats), plan_config,
                             command=command or plan_command(plan_config))  # fmt: skip
     except BudgetError as exc:
-        if config.granularity != "modules" or not _splittable(stats):
+        if config.granularity != "modules" or not splittable(stats):
             raise
         raise BudgetError(
             f"{exc}; or pass --granularity auto: traps at the modules inside these that own "
             "the weights stage less, so a smaller budget may fit"
         ) from None
-
-
-def _splittable(stats: Stats) -> bool:
-    """Whether some trap holds more than one tensor (leaf traps could then stage less)."""
-    return any(sum(t.tie is None for t in trap.tensors) > 1 for trap in stats.traps)
 
 
 def _plan_config(config: OffloadConfig) -> PlanConfig:
@@ -349,7 +345,7 @@ def _granularity_hint(c: Compilation, profile: Profile) -> list[str]:
     may plan faster (it measures the finer traps too, so it is not done unasked)."""
     stall = profile.predicted.stall_ms
     if (c.config.granularity != "modules" or profile.config.budget_bytes is None
-            or stall <= 0 or not _splittable(c.stats)):  # fmt: skip
+            or stall <= 0 or not splittable(c.stats)):  # fmt: skip
         return []
     return [f"the plan stalls {stall:.3f} ms per iteration; --granularity auto also measures the "
             "modules inside each trap that own its weights (finer traps stage less) and keeps "

@@ -23,7 +23,7 @@ from flextensor_runtime.profile import PlanConfig
 if TYPE_CHECKING:
     from flextensor_compile.compile_api import Compilation
 
-__all__ = ["choose_granularity"]
+__all__ = ["choose_granularity", "splittable"]
 
 Solved = tuple[Problem, Plan]
 
@@ -51,6 +51,18 @@ def _describe(kept: str, modules: Solved | None, leaves: Solved | None, n: tuple
             f"{one('leaves', leaves, n[1])} (makespan + trap-call time stalls do not hide)")  # fmt: skip
 
 
+def _owner(name: str, kind: str) -> str:
+    parts = name.split(".")
+    return ".".join(parts[: -2 if kind == "inner" else -1])
+
+
+def splittable(stats: Stats) -> bool:
+    """Whether some trap's weights belong to more than one module (its own and its children's):
+    only then do leaf traps differ from module traps (a Linear's weight and bias do not split)."""
+    return any(len({_owner(t.name, t.kind) for t in trap.tensors if t.tie is None}) > 1
+               for trap in stats.traps)  # fmt: skip
+
+
 def _traps(c: Compilation) -> int:
     return sum(1 for t in c.stats.traps if t.kind != "gap")
 
@@ -66,6 +78,10 @@ def choose_granularity(measure: Callable[[bool], Compilation], config: PlanConfi
     if coarse is not None and coarse[1].makespan_ms <= coarse[0].compute_ms * (1 + 1e-9):
         note = ("granularity auto: kept module traps; their plan hides every copy, so leaf "
                 "traps were not measured")  # fmt: skip
+        return replace(modules, notes=(*modules.notes, note))
+    if not splittable(modules.stats):
+        note = ("granularity auto: kept module traps; each holds one module's weights, so leaf "
+                "traps would be the same")  # fmt: skip
         return replace(modules, notes=(*modules.notes, note))
     leaves = measure(True)
     split = _traps(leaves) != _traps(modules)

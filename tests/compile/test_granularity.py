@@ -14,7 +14,12 @@ from torch import nn
 
 from flextensor_compile.cli.app import app
 from flextensor_compile.cli.errors import run_guarded
-from flextensor_compile.compile_api import collect_stats, compile_profile, instrumentation
+from flextensor_compile.compile_api import (
+    collect_stats,
+    compile_profile,
+    instrumentation,
+    summary_document,
+)
 from flextensor_compile.config import OffloadConfig
 from flextensor_compile.discover.patterns import leaf_traps, select_traps
 from flextensor_compile.emit import emit_profile
@@ -280,3 +285,27 @@ def test_instrumentation_counts_iterations_per_measurement() -> None:
     assert (measurement["warmup_iters"], measurement["profiling_iters"]) == (1, 2)
     assert measurement["cost"]["forwards"] == 8
 
+
+def test_auto_does_not_measure_leaves_that_are_the_module_traps() -> None:
+    """Traps that are plain Linears (weight and bias of one module) have no finer traps: a
+    stalling plan does not send auto to measure the same traps again, and no hint names it."""
+    from flextensor_compile.trap_granularity import splittable
+
+    model = torch.nn.Sequential(*(torch.nn.Linear(256, 256) for _ in range(6)))
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    cfg = OffloadConfig(target="rtx4090", budget_bytes=weights // 2, h2d_bytes_per_s=1e6,
+                        granularity="auto", include_patterns=("?",))  # fmt: skip
+    c = collect_stats(model, lambda: (torch.ones(1, 256),), cfg)
+    assert not splittable(c.stats) and c.cost.forwards == 1
+    assert c.notes[-1] == ("granularity auto: kept module traps; each holds one module's "
+                           "weights, so leaf traps would be the same")  # fmt: skip
+    modules = collect_stats(
+        model, lambda: (torch.ones(1, 256),), cfg.replace(granularity="modules")
+    )
+    profile = compile_profile(
+        model, lambda: (torch.ones(1, 256),), cfg.replace(granularity="modules")
+    )
+    assert profile.predicted.stall_ms > 0
+    assert not any(
+        "--granularity auto" in n for n in summary_document(modules, profile, "p")["notes"]
+    )

@@ -3,7 +3,7 @@
 Owns: the fingerprint comparison that raises `ProfileMismatchError` (missing, extra, reshaped,
 re-typed and re-tied tensors, trap modules absent from the model), and the `TensorRef` records
 that know every place a tensor object is referenced from (so its data can be swapped, or the
-object replaced when it lives on the meta device).
+object replaced when it lives on the meta device) and whether other code swapped it since.
 Must not know: schedules, backends, files. Binding never changes the model.
 """
 
@@ -30,10 +30,12 @@ class TensorRef:
 
     tensor: torch.Tensor
     places: list[Place] = field(default_factory=list)
+    current: torch.Tensor | None = None  # the data `set_data` last pointed the tensor at
 
     def set_data(self, data: torch.Tensor) -> None:
         """Point the tensor at `data`; a meta tensor is replaced by a new object everywhere."""
         old = self.tensor
+        self.current = data
         if old.device.type != "meta" and data.device.type != "meta":
             old.data = data
             return
@@ -46,6 +48,15 @@ class TensorRef:
         for container, key in self.places:
             container[key] = new
         self.tensor = new
+
+    def replaced_by_user(self) -> bool:
+        """Whether other code pointed the tensor at other data since `set_data` last did (e.g.
+        `p.data = bigger` in transformers' `resize_token_embeddings`)."""
+        t, cur = self.tensor, self.current
+        if cur is None:
+            return False
+        return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device) != (
+            cur.data_ptr(), cur.shape, cur.stride(), cur.dtype, cur.device)  # fmt: skip
 
 
 @dataclass

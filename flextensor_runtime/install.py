@@ -124,7 +124,8 @@ class _Installer:
         def undo() -> None:
             restored = restore().to(back_to)
             for ref in refs:
-                ref.set_data(restored)
+                if not ref.replaced_by_user():  # data the user set while installed stays
+                    ref.set_data(restored)
 
         self.dep.undo.append(undo)
 

@@ -1,13 +1,16 @@
 """Building models without allocating or initialising their weights.
 
 Owns: the two contexts that redirect newly registered parameters (and optionally buffers) to one
-device, and that skip `torch.nn.init` initialisers; every global hook is restored in `finally`.
+device (a parameter registered twice, or already there, stays one object: ties made in
+`__init__` hold), and that skip `torch.nn.init` initialisers; every global hook is restored in
+`finally`.
 The contexts patch process-wide state and must not overlap across threads.
 Must not know: checkpoints, wrappers, profiles.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -25,6 +28,11 @@ _INIT_FUNCTIONS = (
     "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
     "sparse_",
 )  # fmt: skip
+
+
+def _on(param: nn.Parameter, device: torch.device) -> bool:
+    here = param.device
+    return here.type == device.type and (device.index is None or here.index == device.index)
 
 
 def _moved_parameter(param: nn.Parameter, device: torch.device) -> nn.Parameter:
@@ -67,11 +75,18 @@ def init_weights_on_device(
             f"init_weights_on_device got include_buffers={include_buffers!r}; pass True or False"
         )
     register_parameter = nn.Module.register_parameter
+    # id(original) -> (weak ref to it, its moved parameter): registering one parameter twice
+    # (a tie) registers one moved object, without keeping the host originals alive
+    moved: dict[int, tuple[weakref.ref[nn.Parameter], nn.Parameter]] = {}
 
     def register_on_device(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         register_parameter(module, name, param)
-        if param is not None:
-            module._parameters[name] = _moved_parameter(param, device)
+        if param is None or _on(param, device):  # already moved (`head.weight = embed.weight`)
+            return
+        seen = moved.get(id(param))
+        if seen is None or seen[0]() is not param:
+            seen = moved[id(param)] = (weakref.ref(param), _moved_parameter(param, device))
+        module._parameters[name] = seen[1]
 
     with ExitStack() as stack:
         stack.enter_context(_patched(nn.Module, "register_parameter", register_on_device))

@@ -33,6 +33,32 @@ def test_include_buffers_puts_buffers_on_the_device_too() -> None:
     assert torch.zeros(2).device.type == "cpu"  # default device restored
 
 
+class Tied(nn.Module):
+    """An output head tied to the embedding in `__init__`, and one parameter registered twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(8, 4)
+        self.head = nn.Linear(4, 8, bias=False)
+        self.head.weight = self.embed.weight
+        shared = nn.Parameter(torch.ones(3))
+        self.a, self.b = nn.Module(), nn.Module()
+        self.a.register_parameter("scale", shared)
+        self.b.register_parameter("scale", shared)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_ties_made_in_init_are_kept(device) -> None:
+    """Each registration used to wrap the parameter in a new one: `head.weight` and
+    `embed.weight` came out as two objects, and the profile refused the model as re-tied."""
+    with init_weights_on_device(device):
+        model = Tied()
+    assert model.head.weight is model.embed.weight
+    assert model.a.scale is model.b.scale
+    assert model.embed.weight.device.type == device and model.a.scale.device.type == device
+    assert len(list(model.parameters())) == 2
+
+
 def test_hooks_restored_even_when_the_block_raises() -> None:
     register = nn.Module.register_parameter
     kaiming = nn.init.kaiming_uniform_

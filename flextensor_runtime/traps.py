@@ -92,7 +92,9 @@ class Runtime:
                         f"trap {self.trap_names[plan.transfer.trap]!r} needs bytes of block "
                         f"{plan.transfer.block} that running trap "
                         f"{self.trap_names[self.tables.transfers[u].transfer.trap]!r} still reads "
-                        "(nested traps sharing a block); recompile the profile"
+                        "(nested traps sharing a block, or another thread in a forward: an "
+                        "offloaded model runs one forward at a time); call the model from one "
+                        "thread (or hold a lock around each call), else recompile the profile"
                     )
                 return False
         for u in conflicts:

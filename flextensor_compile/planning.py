@@ -35,10 +35,13 @@ def solve_stats(stats: Stats, config: PlanConfig) -> tuple[Problem, Plan]:
     # an emulated device is sized to the weight bytes, which block alignment may exceed
     real = stats.device.kind != "emulated"
     if real and problem.budget_bytes is None and plan.peak_bytes > device_bytes:
+        reserve = problem.reserve_bytes
+        held = f" (with the --activation-reserve of {reserve})" if reserve else ""
+        fix = " or lower --activation-reserve" if reserve else ""
         raise BudgetError(
-            f"the latency-mode plan keeps {plan.peak_bytes} bytes on the device but "
+            f"the latency-mode plan keeps {plan.peak_bytes} bytes on the device{held} but "
             f"{stats.device.name} has {device_bytes} bytes; pass --mem-fraction (e.g. 0.9) or "
-            "--budget to plan streaming within the device"
+            f"--budget to plan streaming within the device{fix}"
         )
     return problem, plan
 

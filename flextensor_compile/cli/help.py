@@ -2,8 +2,9 @@
 
 Owns: how `--help` lists options (an on/off option shows no value placeholder: `FLAG`, the
 metavar our on/off options declare; typer prints `<bool>` after flags otherwise), and how the
-click layer ends a run: a usage mistake is one `ftc: usage:` line (exit 2) instead of a box, and
-Ctrl-C inside a command becomes `Interrupted` (typer would swallow it into a silent exit 130).
+click layer ends a run: a usage mistake is one `ftc: usage:` line (exit 2) instead of a box (an
+option that takes one value given twice is one too), and Ctrl-C inside a command becomes
+`Interrupted` (typer would swallow it into a silent exit 130).
 Must not know: what the commands do.
 """
 
@@ -35,11 +36,36 @@ def _quiet(option: Any) -> Any:
     return option
 
 
+def _refuse_repeats(params: Sequence[Any], args: Sequence[str], ctx: Any) -> None:
+    """An option that takes one value given twice (`--budget 1 --budget 2`) is a usage error:
+    click would keep the last one and drop the first without a word."""
+    single = {opt: p.name for p in params if getattr(p, "opts", None) is not None
+              and not getattr(p, "multiple", False) and not getattr(p, "count", False)
+              for opt in (*p.opts, *getattr(p, "secondary_opts", ()))}  # fmt: skip
+    first: dict[str, str] = {}
+    for token in args:
+        if token == "--":
+            break
+        opt = token.split("=", 1)[0] if token.startswith("--") else token
+        name = single.get(opt)
+        if name is None:
+            continue
+        if name in first:
+            said = f"{opt}" if opt == first[name] else f"{opt} (and {first[name]})"
+            raise _CLICK_ERRORS.UsageError(f"{said} was given twice; pass it once", ctx)
+        first[name] = opt
+
+
 class FtcCommand(TyperCommand):
-    """A typer command whose `--help` option shows no `<bool>` and whose Ctrl-C is reported."""
+    """A typer command whose `--help` option shows no `<bool>`, whose Ctrl-C is reported, and
+    where an option given twice is a usage error."""
 
     def get_help_option(self, ctx: Any) -> Any:
         return _quiet(super().get_help_option(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _refuse_repeats(self.get_params(ctx), args, ctx)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:
         try:

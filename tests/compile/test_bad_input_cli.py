@@ -189,6 +189,13 @@ def test_instrument_files_are_written_whole_and_model_prints_leave_json_alone(
         (["sweep", str(STATS), "--bogus"], "No such option: --bogus", "ftc sweep --help"),
         (["bogus"], "No such command 'bogus'", "ftc --help"),
         (["inspect"], "Missing argument 'profile'", "ftc inspect --help"),
+        # an option that takes one value, given twice: click would silently keep the last
+        (["plan", str(STATS), "-o", "a", "--budget", "1", "--budget=2"],
+         "--budget was given twice; pass it once", "ftc plan --help"),
+        (["plan", str(STATS), "-o", "a", "--output", "b"], "--output (and -o) was given twice",
+         "ftc plan --help"),
+        (["profile", "m.py", "--cache", "a", "--cache", "b"], "--cache was given twice",
+         "ftc profile --help"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(capsys, argv, needle, help_for) -> None:

@@ -292,6 +292,17 @@ def test_latency_plan_larger_than_the_device_is_refused(tmp_path: Path) -> None:
     assert fits.exit_code == 0, fits.output
 
 
+def test_latency_plan_over_the_device_names_the_reserve(tmp_path: Path) -> None:
+    stats = uniform_stats(4)
+    real = replace(stats, device=replace(stats.device, memory_bytes=total_bytes(stats) * 2))
+    path = save_stats(real, tmp_path / "real.json")
+    result = runner.invoke(app, ["plan", str(path), "--activation-reserve",
+                                 str(total_bytes(stats) * 2), "-o", str(tmp_path / "p.msgpack")])  # fmt: skip
+    assert isinstance(result.exception, BudgetError)
+    assert "(with the --activation-reserve of" in str(result.exception)
+    assert "or lower --activation-reserve" in str(result.exception)
+
+
 def test_latency_plan_on_the_emulated_device_is_not_refused(tmp_path: Path) -> None:
     # the emulated device is sized to the weight bytes; block alignment may exceed it
     from dataclasses import replace

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from torch import nn
 
-from flextensor_compile.compile_notes import activation_note, discovery_notes
+from flextensor_compile.compile_notes import activation_note, discovery_notes, unused_timing_note
 from flextensor_compile.config import OffloadConfig, plan_command
 from flextensor_compile.discover import Discovery, discover, is_meta_model
 from flextensor_compile.measure import DeviceChoice, choose_device, measure_compute, roofline_ms
@@ -204,9 +204,11 @@ def _measured(
         progress.advance("discovery")
     warmup = iters = 0
     peak: int | None = None
+    unused: tuple[str, ...] = ()
     if device.measure_on is None:
         assert device.target is not None
         compute_ms = roofline_ms(disc, get_target(device.target.name))
+        unused = unused_timing_note(config)
     else:
         warmup, iters = config.warmup_iters, config.profiling_iters
         if progress is not None:
@@ -221,7 +223,8 @@ def _measured(
     cost = ProfilingCost(1, warmup, iters, time.perf_counter() - started)
     stats = _stats(name or type(model).__name__, disc, device, compute_ms)
     granularity = "leaves" if leaves else "modules"
-    notes = discovery_notes(disc, device) + activation_note(peak, config, device.spec.memory_bytes)
+    notes = (*discovery_notes(disc, device), *unused,
+             *activation_note(peak, config, device.spec.memory_bytes))  # fmt: skip
     return Compilation(stats, disc, device, cost, config, notes, granularity)
 
 

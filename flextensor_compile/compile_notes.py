@@ -14,7 +14,7 @@ from flextensor_compile.discover import Discovery
 from flextensor_compile.measure import DeviceChoice
 from flextensor_compile.units import format_bytes
 
-__all__ = ["activation_note", "discovery_notes"]
+__all__ = ["activation_note", "discovery_notes", "unused_timing_note"]
 
 
 def discovery_notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
@@ -35,6 +35,18 @@ def discovery_notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
             f"tied weights shared across traps stay resident: {', '.join(r.split_ties[:3])}"
         )
     return tuple(notes)
+
+
+def unused_timing_note(config: OffloadConfig) -> tuple[str, ...]:
+    """With roofline times (`--target`, no forward timed), timing options asked for are unused."""
+    defaults = type(config)()
+    asked = [flag for field, flag in (("profiling_iters", "--profiling-iters"),
+                                      ("warmup_iters", "--warmup-iters"), ("device", "--device"))
+             if getattr(config, field) != getattr(defaults, field)]  # fmt: skip
+    if not asked:
+        return ()
+    return (f"{', '.join(asked)} unused: with --target compute times come from the roofline "
+            "and no forward is timed",)  # fmt: skip
 
 
 def activation_note(

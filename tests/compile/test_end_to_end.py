@@ -206,3 +206,16 @@ def test_meta_device_8b_model_file_plans_for_a_target(tmp_path, capsys):
     assert profile.model.total_bytes > 15 * 10**9  # bf16 weights of an 8B model, never allocated
     assert profile.predicted.streamed_bytes > 0
     assert profile.predicted.peak_bytes <= int(0.15 * profile.device.memory_bytes)
+
+
+def test_timing_options_with_target_are_named_unused(tmp_path, capsys):
+    out = tmp_path / "t.msgpack"
+    summary = json.loads(_ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"),
+                              "--target", "rtx4090", "--budget", "6MiB", "--profiling-iters", "50",
+                              "-o", str(out), "--json"))  # fmt: skip
+    assert summary["profiling_cost"]["profiling_forwards"] == 0
+    assert ("--profiling-iters unused: with --target compute times come from the roofline and "
+            "no forward is timed") in summary["notes"]  # fmt: skip
+    plain = json.loads(_ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"),
+                            "--target", "rtx4090", "--budget", "6MiB", "-o", str(out), "--json"))  # fmt: skip
+    assert not any("unused" in n for n in plain["notes"])

@@ -6,7 +6,8 @@ driven by a manual trap. Called while a transfer its weights come from is not he
 trap (a direct call of the child, or code that lacks `with offload_block(name):`), it raises one
 `ConfigError` line naming the module, the trap and the fix. Without it the module silently read
 whatever the memory block held. Modules driven by a trap of their own are not hooked (their trap
-runs first). The per-call cost is one lookup per transfer the module reads (usually one).
+runs first). When `offload_block` without `model=` resolved to another deployed model, the
+message says so. The per-call cost is one lookup per transfer the module reads (usually one).
 Must not know: schedules on disk, backends, how copies are made.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 from torch import nn
 
 from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.manual import current_model
 from flextensor_runtime.profile import Profile, TensorEntry, Trap
 from flextensor_runtime.schedule import Tables
 from flextensor_runtime.traps import Runtime
@@ -58,9 +60,17 @@ def _needs(model: nn.Module, profile: Profile, tables: Tables, trapped: set[int]
     return list(needs.values())
 
 
-def _message(m: nn.Module, need: _Need) -> str:
+def _message(m: nn.Module, need: _Need, model: nn.Module) -> str:
     name, trap = need.path or type(m).__name__, need.trap.name
     if need.trap.kind == "manual":
+        other = current_model.get()
+        if other is not model:  # an offload_block without model= entered no trap of this one
+            what = "none here" if other is None else f"another {type(other).__name__} object"
+            return (
+                f"module {name!r} ran outside offload_block({trap!r}) on its model: wrap the "
+                f"code that calls it in `with offload_block({trap!r}, model=model):` (without "
+                f"model= it uses the model most recently deployed in this context: {what})"
+            )
         return (
             f"module {name!r} ran outside offload_block({trap!r}): its streamed weights are only "
             f"present inside that block; wrap the code that calls it in "
@@ -73,21 +83,21 @@ def _message(m: nn.Module, need: _Need) -> str:
     )
 
 
-def _check(active: list[int], need: _Need) -> Callable[[nn.Module, Any], None]:
+def _check(active: list[int], need: _Need, model: nn.Module) -> Callable[[nn.Module, Any], None]:
     """The pre-hook: one list lookup per transfer (the common case is one transfer)."""
     if len(need.transfers) == 1:
         (k,) = need.transfers
 
         def check_one(m: nn.Module, args: Any) -> None:
             if not active[k]:
-                raise ConfigError(_message(m, need))
+                raise ConfigError(_message(m, need, model))
 
         return check_one
     needed = tuple(sorted(need.transfers))
 
     def check(m: nn.Module, args: Any) -> None:
         if not all(active[k] for k in needed):
-            raise ConfigError(_message(m, need))
+            raise ConfigError(_message(m, need, model))
 
     return check
 
@@ -98,7 +108,9 @@ def guard_owner_calls(
     """Hook the owners of streamed tensors (not those in `trapped`, the ids of modules with a
     trap of their own). Returns the undo."""
     hooks = [
-        model.get_submodule(need.path).register_forward_pre_hook(_check(runtime.active, need))
+        model.get_submodule(need.path).register_forward_pre_hook(
+            _check(runtime.active, need, model)
+        )
         for need in _needs(model, profile, tables, trapped)
     ]
 

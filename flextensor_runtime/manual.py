@@ -57,9 +57,12 @@ def offload_block(name: str, model: nn.Module | None = None) -> Iterator[None]:
     traps = handle(target).profile.traps
     if i is None or traps[i].kind != "manual":
         manual = [t.name for t in traps if t.kind == "manual"]
+        which = "" if model is not None else (
+            f" of the most recently deployed model (a {type(target).__name__}; pass model= for "
+            "another)")  # fmt: skip
         raise ConfigError(
-            f"offload_block({name!r}) names no manual trap of the installed profile (manual "
-            f"traps: {', '.join(manual) or 'none'}); use one of those names or recompile"
+            f"offload_block({name!r}) names no manual trap of the installed profile{which} "
+            f"(manual traps: {', '.join(manual) or 'none'}); use one of those names or recompile"
         )
     runtime.enter(i)
     try:

@@ -100,6 +100,33 @@ def test_rebuild_issues_copies_as_late_as_their_window_allows() -> None:
     assert early.predicted.stall_ms > late.predicted.stall_ms == 0.0
 
 
+def test_two_deployed_models_offload_block_names_the_model_it_used() -> None:
+    """`offload_block(name)` without model= enters the most recently deployed model's trap;
+    driving the other one used to fail with a message that blamed a missing `with`."""
+    torch.manual_seed(0)
+    a, x = _Stages().eval(), torch.randn(5, 24)
+    torch.manual_seed(1)
+    b = _Stages().eval()
+    plain_a, plain_b = _drive(a, x, manual=False), _drive(b, x, manual=False)
+    profile = build_profile(a, list(STAGES), manual=STAGES, num_blocks=3, prefetch=1)
+    deploy(a, profile)
+    deploy(b, profile)
+    assert torch.equal(_drive(b, x, manual=True), plain_b)
+    with pytest.raises(ConfigError, match=r"'l0' ran outside offload_block\('stage_a'\) on its "
+                       r"model: .*offload_block\('stage_a', model=model\).*most recently "
+                       r"deployed in this context: another _Stages object"):  # fmt: skip
+        _drive(a, x, manual=True)
+    with torch.no_grad(), offload_block("stage_a", model=a):
+        y = torch.tanh(a.l1(a.l0(x)))
+    with torch.no_grad(), offload_block("stage_b", a), offload_block("stage_c", model=a):
+        assert torch.equal(a.l3(a.l2(y)), plain_a)
+    lm = tiny_lm()
+    deploy(lm, build_profile(lm, block_names(lm)))
+    unknown = r"no manual trap of the installed profile of the most recently deployed model \(a "
+    with pytest.raises(ConfigError, match=unknown + "TinyLM"), offload_block("stage_a"):
+        pass
+
+
 def test_offload_block_without_a_deployed_model_runs_plainly() -> None:
     ran = []
     with offload_block("anything", model=torch.nn.Linear(2, 2)):

@@ -216,9 +216,22 @@ def budget_error(problem: Problem, strategy: str, default: str,
     known = "" if least is None else f" (the smallest feasible budget is {hint})"
     return BudgetError(
         f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes{known}; "
-        f"{_raise_hint(problem, least, hint)}{also}",
+        f"{_raise_hint(problem, least, hint)}{also}{_pinned_note(problem)}",
         least_bytes=least,
     )
+
+
+def _pinned_note(problem: Problem) -> str:
+    """When most weight bytes cannot stream at all: how many, the commonest reason, where to
+    read the rest (otherwise the smallest budget reads as the solver's failing)."""
+    pinned = problem.total_bytes - problem.streamable_bytes
+    if not problem.pinned or pinned * 2 < problem.total_bytes:
+        return ""
+    reasons = [r for _, r in problem.pinned]
+    common = max(sorted(set(reasons)), key=reasons.count)
+    example = next(n for n, r in problem.pinned if r == common)
+    return (f"; {pinned} of the {problem.total_bytes} weight bytes cannot stream (e.g. "
+            f"{example!r}: {common}); `ftc inspect --explain` on a profile lists why for each")
 
 
 def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,3 +72,26 @@ def test_the_claimed_smallest_budget_is_never_above_keeping_everything_resident(
         assert least is not None and least <= total_bytes(stats), str(exc)
         assert exc.least_bytes == least
         solve(problem_from_stats(stats, PlanConfig(budget_bytes=least)))  # raises if it is not
+
+
+def test_a_budget_error_says_when_most_weights_cannot_stream() -> None:
+    """Every trap runs twice per iteration: nothing may stream, and the error says so (not only
+    the smallest budget, which then reads as the solver failing)."""
+    from dataclasses import replace
+
+    from tests.solve.instances import uniform_stats
+
+    stats = uniform_stats(6)
+    twice = replace(stats, traps=tuple(replace(t, calls=2) for t in stats.traps))
+    budget = total_bytes(twice) // 2
+    try:
+        solve(problem_from_stats(twice, PlanConfig(budget_bytes=budget)))
+    except BudgetError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a plan streamed weights of traps that run twice")
+    assert f"{total_bytes(twice)} of the {total_bytes(twice)} weight bytes cannot stream" in message
+    assert "its trap runs 2 times per iteration" in message
+    with pytest.raises(BudgetError) as info:  # every weight may stream: no such note
+        solve(problem_from_stats(stats, PlanConfig(budget_bytes=1)))
+    assert "cannot stream" not in str(info.value)

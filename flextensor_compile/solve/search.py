@@ -230,8 +230,10 @@ def _pinned_note(problem: Problem) -> str:
     reasons = [r for _, r in problem.pinned]
     common = max(sorted(set(reasons)), key=reasons.count)
     example = next(n for n, r in problem.pinned if r == common)
-    return (f"; {pinned} of the {problem.total_bytes} weight bytes cannot stream (e.g. "
-            f"{example!r}: {common}); `ftc inspect --explain` on a profile lists why for each")
+    return (
+        f"; {pinned} of the {problem.total_bytes} weight bytes cannot stream (e.g. "
+        f"{example!r}: {common}); `ftc inspect --explain` on a profile lists why for each"
+    )
 
 
 def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:

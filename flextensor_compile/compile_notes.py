@@ -12,7 +12,7 @@ import math
 from flextensor_compile.config import OffloadConfig
 from flextensor_compile.discover import Discovery
 from flextensor_compile.measure import DeviceChoice
-from flextensor_compile.units import format_bytes
+from flextensor_compile.units import count_of, format_bytes
 
 __all__ = ["activation_note", "discovery_notes", "unused_timing_note"]
 
@@ -22,13 +22,16 @@ def discovery_notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
     r = disc.report
     notes = [device.note] if device.note else []
     if r.unused:
-        notes.append(f"{len(r.unused)} selected modules never ran and stay resident: "
+        notes.append(f"{count_of(len(r.unused), 'selected module')} never ran and "
+                     f"{'stays' if len(r.unused) == 1 else 'stay'} resident: "
                      f"{', '.join(r.unused[:3])}{' ...' if len(r.unused) > 3 else ''}")  # fmt: skip
     if r.conditional:
         notes.append(f"conditional traps kept resident: {', '.join(r.conditional[:3])}")
     if r.cross_reads:
         first = next(iter(r.cross_reads))
-        notes.append(f"{len(r.cross_reads)} tensors read outside their trap stay resident "
+        one = len(r.cross_reads) == 1
+        notes.append(f"{count_of(len(r.cross_reads), 'tensor')} read outside "
+                     f"{'its trap stays' if one else 'their trap stay'} resident "
                      f"(e.g. {first} read by {', '.join(r.cross_reads[first])})")  # fmt: skip
     if r.split_ties:
         notes.append(

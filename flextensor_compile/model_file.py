@@ -151,9 +151,12 @@ def _patterns(module: Any, name: str, source: str) -> tuple[str, ...]:
 
 
 def load_model_spec(ref: str, inputs_ref: str | None = None) -> ModelSpec:
-    """Load `path/to/model.py` or `package.module[:build_model]` (optionally `--inputs pkg.mod:fn`)."""
-    is_file = ref.endswith(".py") or Path(ref).is_file() or "/" in ref
-    if is_file:
+    """Load `path/to/model.py[:build_model]` or `package.module[:build_model]` (optionally
+    `--inputs pkg.mod:fn`)."""
+    file_part, _, fn_part = ref.rpartition(":")
+    if file_part.endswith(".py") and Path(file_part).is_file() and fn_part:  # file.py:function
+        module, source, build_name = _exec_file(Path(file_part)), ref, fn_part
+    elif ref.endswith(".py") or Path(ref).is_file() or "/" in ref:
         module, source, build_name = _exec_file(Path(ref)), ref, "build_model"
     else:
         module, build_name = _import_ref(ref, "model")
@@ -205,11 +208,12 @@ def make_inputs(spec: ModelSpec) -> Inputs:
             f"{spec.source}: defines no example_inputs(); add one returning the forward's "
             "arguments (tuple, dict, or (args, kwargs)), or pass --inputs package.module:function"
         )
+    name = getattr(spec.example_inputs, "__name__", "example_inputs")  # or --inputs' function
     try:
         value = spec.example_inputs()
     except (Exception, SystemExit) as exc:
         raise ModelFileError(
-            f"{spec.source}: example_inputs() raised {_cause(exc)}; fix example_inputs()"
+            f"{spec.source}: {name}() raised {_cause(exc)}; fix {name}()"
         ) from None
     return normalize_inputs(value, spec.source)
 

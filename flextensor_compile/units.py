@@ -40,6 +40,9 @@ def parse_size(text: str, what: str = "size") -> int:
         )
     if value <= 0 or value > 2**50:
         raise ConfigError(f"{what} {text!r} is out of range; give a positive size up to 1 PiB")
+    if _UNITS[unit] == 1 and value != int(value):
+        raise ConfigError(f"{what} {text!r} is not a whole number of bytes; give bytes, or a "
+                          "number with a unit, e.g. 1.5GiB")  # fmt: skip
     return int(value)
 
 

@@ -96,7 +96,8 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
         soft_wrap=True,
     )
     print(
-        f"wrote {doc['output']}: {doc['traps']} traps + {doc['gap_traps']} gap traps for "
+        f"wrote {doc['output']}: {count_of(doc['traps'], 'trap')} + "
+        f"{count_of(doc['gap_traps'], 'gap trap')} for "
         f"{dev['name']} ({format_bytes(dev['memory_bytes'])}); resident "
         f"{format_bytes(p['resident_bytes'])}, streamed {format_bytes(p['streamed_bytes'])}, "
         f"peak {format_bytes(p['peak_bytes'])}; predicted {p['makespan_ms']:.3f} ms per iteration "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,20 @@ def test_run_that_raises_is_named_with_its_line(tmp_path):
         ModelFileError, match=r"run\(model, inputs\) raised KeyError: 'steps' \(line 9\); fix run"
     ):
         call_run(spec.run, build_model(spec), make_inputs(spec), spec.source)
+
+
+def test_a_model_file_may_name_its_build_function(tmp_path):
+    """`model.py:make` builds with `make()`, as `package.module:make` does."""
+    path = _write(tmp_path, GOOD.replace("def build_model", "def make"))
+    spec = load_model_spec(f"{path}:make")
+    assert spec.source == f"{path}:make" and isinstance(build_model(spec), torch.nn.Sequential)
+    with pytest.raises(ModelFileError, match=r"defines no nope\(\)"):
+        load_model_spec(f"{path}:nope")
+
+
+def test_a_failing_inputs_function_is_named_as_given(tmp_path):
+    path = _write(tmp_path, GOOD + "def bad_inputs():\n    raise KeyError('x')\n")
+    spec = load_model_spec(path)
+    spec = dataclasses.replace(spec, example_inputs=spec.build.__globals__["bad_inputs"])
+    with pytest.raises(ModelFileError, match=r"bad_inputs\(\) raised KeyError.*fix bad_inputs\(\)"):
+        make_inputs(spec)

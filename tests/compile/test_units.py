@@ -19,6 +19,7 @@ def test_sizes_and_rates_parse() -> None:
     assert parse_size("6GiB") == 6 * 2**30
     assert parse_size("6 gib") == 6 * 2**30
     assert parse_size("1.5e9") == 1_500_000_000
+    assert parse_size("1.5KiB") == 1536 and parse_size("1.1KiB") == 1126  # a unit: rounded down
     assert parse_rate("24GB/s") == 24e9
 
 
@@ -30,6 +31,7 @@ def test_sizes_and_rates_parse() -> None:
         ("garbage", r"--budget 'garbage' is not a size"),
         ("0", r"--budget '0' is out of range"),
         ("1e400", r"--budget '1e400' is out of range"),
+        ("1.5", r"--budget '1\.5' is not a whole number of bytes; .* e\.g\. 1\.5GiB"),
     ],
 )  # fmt: skip
 def test_bad_budgets_say_what_to_write(text: str, message: str) -> None:

@@ -37,7 +37,9 @@ _HANDLE_ATTR = "_ft_handle"
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
-    """Read and validate an offload profile (no model needed); errors are one-line `ProfileError`s."""
+    """Read and validate an offload profile (no model needed); errors are one-line `ProfileError`s
+    (a path that is no path at all: `ConfigError`)."""
+    _check_path("load_profile", path)
     if os.path.exists(path) and not os.path.isdir(path) and not os.path.isfile(path):
         # /dev/zero would be read until memory runs out, a named pipe would block for ever
         raise ProfileFormatError(
@@ -50,6 +52,18 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
             "profile, or make one from stats with `ftc plan STATS -o profile.msgpack`"
         )
     return profile_format.load(path)
+
+
+def _check_path(who: str, path: object, or_else: str = "") -> None:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(
+            f"{who} needs a profile path{or_else}, got {type(path).__name__}; pass the .msgpack "
+            "file `ftc profile` wrote"
+        )
+    if not os.fspath(path):
+        raise ConfigError(
+            f"{who} got an empty profile path; pass the .msgpack file `ftc profile` wrote"
+        )
 
 
 def _looks_like_json(path: str | os.PathLike[str]) -> bool:
@@ -212,16 +226,8 @@ def _checked_arguments(model: Any, path: Any) -> Profile:
             "handle(model).remove() first"
         )
     _check_no_other_offloader(model)
-    if not isinstance(path, (str, os.PathLike, Profile)):
-        raise ConfigError(
-            f"offload_from_profile needs a profile path or a Profile, got {type(path).__name__}; "
-            "pass the .msgpack file `ftc profile` wrote"
-        )
-    if not isinstance(path, Profile) and not os.fspath(path):
-        raise ConfigError(
-            "offload_from_profile got an empty profile path; pass the .msgpack file `ftc profile` "
-            "wrote"
-        )
+    if not isinstance(path, Profile):
+        _check_path("offload_from_profile", path, " or a Profile")
     profile = path if isinstance(path, Profile) else load_profile(path)
     if isinstance(path, Profile):
         profile_format.check_profile(profile)

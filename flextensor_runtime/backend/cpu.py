@@ -15,6 +15,7 @@ import psutil
 import torch
 
 from flextensor_runtime.backend.base import DeviceBackend
+from flextensor_runtime.errors import ConfigError
 
 __all__ = ["CpuBackend", "CpuEvent"]
 
@@ -38,6 +39,15 @@ class CpuBackend(DeviceBackend):
     pinned = False
 
     def __init__(self, free_bytes_override: int | None = None) -> None:
+        if free_bytes_override is not None and (
+            not isinstance(free_bytes_override, int)
+            or isinstance(free_bytes_override, bool)
+            or free_bytes_override < 0
+        ):
+            raise ConfigError(
+                f"CpuBackend(free_bytes_override={free_bytes_override!r}) is invalid; pass a "
+                "number of bytes >= 0, or None for the host's available memory"
+            )
         super().__init__()
         self.device = torch.device("cpu")
         self._free_override = free_bytes_override

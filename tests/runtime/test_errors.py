@@ -185,3 +185,25 @@ def test_non_bool_flags_and_a_non_backend_are_config_errors() -> None:
     assert_same(model, before)
     with pytest.raises(ConfigError, match=r"no offload profile installed"):
         handle(model)
+
+
+@pytest.mark.parametrize("path", [None, 3, b"", ""])
+def test_load_profile_without_a_path_is_the_same_config_error(path) -> None:
+    """`load_profile(None)` used to be a raw TypeError from os.path.exists."""
+    with pytest.raises(
+        ConfigError, match=r"^load_profile (needs a profile path, got|got an empty)"
+    ):
+        load_profile(path)
+    if path is not None:
+        return
+    with pytest.raises(ConfigError, match=r"^offload_from_profile needs a profile path or a "):
+        offload_from_profile(tiny_lm(), path)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("free", ["lots", -1, 1.5, True])
+def test_cpu_backend_free_bytes_override_is_checked_when_made(free) -> None:
+    """A string used to be accepted and fail at install with a raw TypeError; -1 gave a
+    BudgetError suggesting `--budget -1`."""
+    with pytest.raises(ConfigError, match=r"free_bytes_override=.* is invalid; pass a number of "):
+        CpuBackend(free_bytes_override=free)
+    assert CpuBackend(free_bytes_override=0).free_bytes() == 0

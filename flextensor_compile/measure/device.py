@@ -81,8 +81,9 @@ def choose_device(config: OffloadConfig, weight_bytes: int, meta: bool) -> Devic
         return DeviceChoice(spec, None, "roofline", target)
     if meta:
         raise ConfigError(
-            "the model's weights are on the meta device, so nothing can be timed; pass "
-            "--target NAME to estimate compute times with the roofline"
+            "the model has weights on the meta device (all or some of them), so nothing can be "
+            "timed; pass --target NAME to estimate compute times with the roofline, or build "
+            "every layer with real weights"
         )
     cuda_ok = torch.cuda.is_available()
     if config.device == "cuda" and not cuda_ok:

@@ -68,7 +68,7 @@ def test_device_choice_rules():
     target = choose_device(OffloadConfig(target="l4"), 5, meta=True)
     assert target.measure_on is None and target.timing_source == "roofline"
     assert target.spec.name == "l4" and target.spec.memory_bytes == get_target("l4").memory_bytes
-    with pytest.raises(ConfigError, match=r"meta device.*--target"):
+    with pytest.raises(ConfigError, match=r"weights on the meta device \(all or some.*--target"):
         choose_device(OffloadConfig(), 5, meta=True)
 
 

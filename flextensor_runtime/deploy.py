@@ -93,9 +93,13 @@ class OffloadHandle:
         return self.deployment.backend
 
     @property
-    def events(self) -> EventLog | None:
-        """The event log (None when installed with `log_events=False`)."""
-        return self.deployment.log
+    def events(self) -> EventLog:
+        """The event log: empty (and never written) when installed with `log_events=False`;
+        after `remove()` it keeps what was logged."""
+        log = self.deployment.log
+        if log is None:
+            log = self.deployment.log = EventLog(max_events=0)
+        return log
 
     @property
     def installed(self) -> bool:

@@ -138,3 +138,22 @@ def test_out_of_order_calls_stay_correct_and_count_stalls(mode: str) -> None:
     assert all(torch.equal(a, b) for a, b in zip(got, plain, strict=True))
     assert h.report().stalls >= 1
     assert h.backend.peak_held_bytes <= h.profile.predicted.peak_bytes
+
+
+def test_events_is_an_empty_log_without_logging_and_keeps_its_events_after_remove() -> None:
+    """`handle(m).events` used to be None with `log_events=False`: `list(h.events)` raised."""
+    model = tiny_lm()
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    profile = build_profile(model, block_names(model), num_blocks=2)
+    h = deploy(model, profile, log_events=False)
+    with torch.no_grad():
+        model(ids)
+    assert list(h.events) == [] and len(h.events) == 0 and h.events.of_kind("issue") == []
+    h.remove()
+    assert list(h.events) == []
+    h = deploy(model, profile)
+    with torch.no_grad():
+        model(ids)
+    n = len(h.events)
+    h.remove()
+    assert n > 0 and len(list(h.events)) == n  # what was logged stays readable

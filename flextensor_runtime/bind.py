@@ -110,6 +110,12 @@ def _check_fingerprint(profile: Profile, actual: list[TensorEntry], strict: bool
     if retied:
         more = f" (+{len(retied) - 3} more)" if len(retied) > 3 else ""
         problems.append(f"{len(retied)} tied differently: {', '.join(retied[:3])}{more}")
+    if problems and diff.extra and all(n.startswith("_orig_mod.") for n in diff.extra):
+        raise ProfileMismatchError(
+            "the model is a torch.compile wrapper (its tensors are named `_orig_mod.*`, the "
+            "profile's are not); deploy on the model before compiling it and compile the "
+            "deployed model, or deploy on `compiled._orig_mod`"
+        )
     if problems:
         # A streamed tensor becomes a view with the profile's strides: another layout would be
         # restored transposed by remove(), so it is refused like another shape.

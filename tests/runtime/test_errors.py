@@ -207,3 +207,17 @@ def test_cpu_backend_free_bytes_override_is_checked_when_made(free) -> None:
     with pytest.raises(ConfigError, match=r"free_bytes_override=.* is invalid; pass a number of "):
         CpuBackend(free_bytes_override=free)
     assert CpuBackend(free_bytes_override=0).free_bytes() == 0
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_torch_compiled_model_is_named_with_the_fix(strict) -> None:
+    """The mismatch used to list `_orig_mod.` names and say to recompile the profile."""
+    model = tiny_lm()
+    profile = _profile()
+    compiled = torch.compile(model)
+    with pytest.raises(ProfileMismatchError, match=r"torch\.compile wrapper .* deploy on the "
+                       r"model before compiling it .* `compiled\._orig_mod`"):  # fmt: skip
+        offload_from_profile(compiled, profile, backend=CpuBackend(), strict=strict)
+    offload_from_profile(compiled._orig_mod, profile, backend=CpuBackend())
+    handle(model).remove()

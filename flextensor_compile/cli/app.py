@@ -72,7 +72,26 @@ def main() -> None:
     SIGTERM is handled like Ctrl-C, so temp files are removed and the message is one line."""
     args, debug = _split_debug(sys.argv[1:])
     signal.signal(signal.SIGTERM, _terminate)
-    sys.exit(run_guarded(lambda: app(args, prog_name="ftc"), debug))
+    code = run_guarded(lambda: app(args, prog_name="ftc"), debug)
+    _leave_model_threads(code)
+    sys.exit(code)
+
+
+def _leave_model_threads(code: int) -> None:
+    """A model file may start a thread that never ends (not a daemon): Python would wait for it
+    at exit for ever after the outputs are written. Say so, and exit without waiting."""
+    import os
+    import threading
+
+    left = [t.name for t in threading.enumerate()
+            if t is not threading.main_thread() and not t.daemon and t.is_alive()]  # fmt: skip
+    if not left:
+        return
+    print(f"ftc: note: not waiting for {len(left)} thread(s) the model file started and left "
+          f"running ({', '.join(left[:3])}); exiting", file=sys.stderr)  # fmt: skip
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

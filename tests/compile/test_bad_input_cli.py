@@ -483,3 +483,22 @@ def test_json_stays_one_document_when_the_model_writes_to_descriptor_1(tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["traps"] == 2
     assert "raw write at import" in done.stderr and "built" in done.stderr
+
+
+def test_a_thread_the_model_file_leaves_running_does_not_hold_ftc(tmp_path) -> None:
+    model = tmp_path / "threaded.py"
+    model.write_text(
+        "import threading, time, torch\n"
+        "threading.Thread(target=lambda: time.sleep(1000), name='forever').start()\n"
+        "def build_model():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))\n"
+        "def example_inputs():\n"
+        "    return (torch.ones(1, 8),)\n"
+    )
+    out = tmp_path / "p.msgpack"
+    argv = [sys.executable, "-m", "flextensor_compile", "profile", str(model), "--quiet",
+            "--profiling-iters", "1", "-o", str(out)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert load(out).traps and "not waiting for 1 thread(s)" in done.stderr
+    assert "(forever)" in done.stderr

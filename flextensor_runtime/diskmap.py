@@ -109,10 +109,11 @@ def _check_options(torch_dtype: object, converter: object, buffer_size: object) 
             "{name: name} -> {new name: stored name}"
         )
     number = isinstance(buffer_size, (int, float)) and not isinstance(buffer_size, bool)
-    if not number or not 1 <= buffer_size < float("inf"):  # type: ignore[operator]
+    whole = number and (isinstance(buffer_size, int) or float(buffer_size).is_integer())  # type: ignore[arg-type]
+    if not whole or not 1 <= buffer_size < float("inf"):  # type: ignore[operator]
         raise ConfigError(
-            f"DiskMap buffer_size={buffer_size!r} is invalid; pass a finite tensor element "
-            "count >= 1"
+            f"DiskMap buffer_size={buffer_size!r} is invalid; pass a whole, finite tensor element "
+            "count >= 1 (e.g. 10**9)"
         )
 
 

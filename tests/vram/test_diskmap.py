@@ -181,6 +181,7 @@ def test_missing_shard_bad_path_and_bad_device_fail_at_construction(single, tmp_
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"buffer_size": "x"}, "buffer_size='x'"), ({"buffer_size": 0}, "buffer_size=0"),
+     ({"buffer_size": 1.5}, "buffer_size=1.5 is invalid; pass a whole"),
      ({"torch_dtype": "float16"}, "torch_dtype='float16'"),
      ({"state_dict_converter": 3}, "state_dict_converter=3"),
      ({"state_dict_converter": lambda names: 5}, "state_dict_converter returned int")],

@@ -32,6 +32,9 @@ class MemoryRecord:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     score: float | None = None
 
+    def __post_init__(self) -> None:
+        _check_fields(self.kind, self.metadata, self.timestamp, self.score)
+
     def to_dict(self) -> dict[str, Any]:
         """The record as the dict a `MemoryStore` holds."""
         return {
@@ -90,6 +93,20 @@ class MemoryQuery:
 def _is_number(value: object) -> bool:
     """An int or float that orders against others (NaN would scramble every ranking)."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value == value
+
+
+def _check_fields(kind: object, metadata: object, timestamp: object, score: object) -> None:
+    """The checks every record passes, made or added (one-line `ConfigError`s)."""
+    if not isinstance(kind, str) or not isinstance(metadata, Mapping):
+        raise ConfigError(
+            f"memory record kind={kind!r} metadata={metadata!r} is invalid; pass a str kind and "
+            "a mapping metadata"
+        )
+    for name, value in (("timestamp", timestamp), ("score", score)):
+        if value is not None and not _is_number(value):
+            raise ConfigError(
+                f"memory record {name}={value!r} is invalid; pass a number (not NaN) or None"
+            )
 
 
 def _words(text: str) -> set[str]:
@@ -247,16 +264,7 @@ class MemoryStore:
         data.setdefault("score", None)
         if data.get("timestamp") is None:
             data["timestamp"] = len(self._records)
-        if not isinstance(data["kind"], str) or not isinstance(data["metadata"], Mapping):
-            raise ConfigError(
-                f"memory record kind={data['kind']!r} metadata={data['metadata']!r} is invalid; "
-                "pass a str kind and a mapping metadata"
-            )
-        for name in ("timestamp", "score"):
-            if data[name] is not None and not _is_number(data[name]):
-                raise ConfigError(
-                    f"memory record {name}={data[name]!r} is invalid; pass a number (not NaN) or None"
-                )
+        _check_fields(data["kind"], data["metadata"], data["timestamp"], data["score"])
         data["metadata"] = dict(data["metadata"])
         return data
 

@@ -195,3 +195,15 @@ def test_failed_replace_keeps_the_previous_records() -> None:
     with pytest.raises(ConfigError, match="records of type int are invalid"):
         store.replace(5)  # type: ignore[arg-type]
     assert [r["content"] for r in store.records] == ["keep"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"timestamp": float("nan")}, "timestamp=nan"), ({"score": float("nan")}, "score=nan"),
+     ({"kind": 3}, "kind=3"), ({"metadata": [1]}, "metadata=\\[1\\]")],
+)  # fmt: skip
+def test_a_record_is_checked_when_made_as_when_added(kwargs, message) -> None:
+    """`MemoryRecord(timestamp=nan)` used to be made, and only `MemoryStore.add` refused it."""
+    with pytest.raises(ConfigError, match=message + ".* is invalid"):
+        MemoryRecord("a", **kwargs)
+    assert MemoryRecord("a", timestamp=3, score=0.5).to_dict()["timestamp"] == 3

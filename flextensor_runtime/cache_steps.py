@@ -154,5 +154,13 @@ def detach_tree(tree: Any) -> Any:
 
 
 def extrapolate_tree(last: Any, previous: Any, factor: float) -> Any:
-    """`last + factor * (last - previous)` on every tensor leaf."""
-    return map_tree(lambda a, b: a + (a - b) * factor, last, previous)
+    """`last + factor * (last - previous)` on every floating (or complex) tensor leaf; integer
+    and bool leaves (indices, masks) are `last`'s, unchanged: their dtype is kept and a
+    fractional index has no meaning."""
+
+    def step(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if a.is_floating_point() or a.is_complex():
+            return a + (a - b) * factor
+        return a
+
+    return map_tree(step, last, previous)

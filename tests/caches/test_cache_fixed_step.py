@@ -131,6 +131,21 @@ def test_delta_scale_scales_the_extrapolated_difference_on_nested_outputs() -> N
     assert meta == {"v": 1}
 
 
+def test_integer_and_bool_outputs_are_replayed_not_extrapolated() -> None:
+    """Extrapolation used to turn an int64 output into float32 (and a mask into numbers)."""
+    cache = FixedStepCache(skip_steps={2}, delta_scale=1.0, dense_first=2, total_steps=4)
+    outs = []
+    with torch.no_grad():
+        for step in range(4):
+            ids, mask = torch.tensor([step, 2 * step]), torch.tensor([step % 2 == 0])
+            outs.append(cache.run(step, lambda s=step, i=ids, m=mask: (torch.tensor([2.0 * s]),
+                                                                      i, m)))  # fmt: skip
+    value, ids, mask = outs[2]
+    torch.testing.assert_close(value, torch.tensor([4.0]))  # floating: extrapolated
+    assert ids.dtype == torch.int64 and torch.equal(ids, torch.tensor([1, 2]))  # step 1's
+    assert mask.dtype == torch.bool and torch.equal(mask, torch.tensor([False]))
+
+
 def test_one_dense_output_replays_instead_of_extrapolating() -> None:
     cache = FixedStepCache(skip_steps={1}, delta_scale=1.0, dense_first=1, dense_last=0)
     with torch.no_grad():

@@ -2,7 +2,8 @@
 
 Owns: `write_atomic(path, data)`: a temp file in the target's folder, written and fsynced, given
 the mode a plain `open(path, "w")` would give (0o666 less the umask; `mkstemp` alone makes it
-0o600, so other users and services could not read a saved profile), then renamed over the
+0o600, so other users and services could not read a saved profile) or, replacing a file, that
+file's mode (a private file stays private; a read-only one is refused), then renamed over the
 target; on any error or interrupt the temp file is removed and the target is left as it was.
 A symlink is written through (its target file is replaced, the link stays a link). A target that
 is not a regular file is never replaced by one: a character device (`/dev/null`) or a named pipe
@@ -21,8 +22,8 @@ from pathlib import Path
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["IN_PLACE_KINDS", "check_output_target", "not_creatable", "output_kind", "write_atomic",
-           "write_in_place"]  # fmt: skip
+__all__ = ["IN_PLACE_KINDS", "check_output_target", "not_creatable", "output_kind",
+           "replaced_mode", "write_atomic", "write_in_place"]  # fmt: skip
 
 _KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"), (stat.S_ISCHR, "character device"),
           (stat.S_ISFIFO, "named pipe"), (stat.S_ISBLK, "block device"),
@@ -45,9 +46,12 @@ def check_output_target(path: str | os.PathLike[str], what: str = "") -> str:
     """The kind of `path` (see `output_kind`), or ConfigError when nothing can be written there
     as a file: a block device, a socket. `what` prefixes the message (e.g. "-o p.msgpack")."""
     kind = output_kind(path)
+    where = what or str(path)
     if kind not in ("missing", "file", "folder", *IN_PLACE_KINDS):
-        where = what or str(path)
         raise ConfigError(f"{where}: {str(path)!r} is a {kind}, not a file; give a file path")
+    if kind == "file" and not os.access(path, os.W_OK):  # as `>` would: no replacing it either
+        raise ConfigError(f"{where}: the file is read-only; make it writable (chmod u+w) or "
+                          "write somewhere else")  # fmt: skip
     return kind
 
 
@@ -92,6 +96,15 @@ def _plain_mode() -> int:
     return 0o666 & ~mask
 
 
+def replaced_mode(real: Path) -> int | None:
+    """The permission bits of the file `real` about to be replaced (kept: a private file stays
+    private), or None when there is none."""
+    try:
+        return stat.S_IMODE(os.stat(real).st_mode)
+    except OSError:
+        return None
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
     """Replace `path` with `data` atomically (temp file in the same folder, fsync, rename);
     a device or pipe is written in place, a symlink is written through."""
@@ -107,7 +120,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
         raise not_creatable(exc, target, directory) from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), _plain_mode())
+            mode = replaced_mode(real)
+            os.fchmod(fh.fileno(), _plain_mode() if mode is None else mode)
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

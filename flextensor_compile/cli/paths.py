@@ -24,6 +24,7 @@ from flextensor_runtime.atomic_file import (
     check_output_target,
     not_creatable,
     output_kind,
+    replaced_mode,
     write_in_place,
 )
 from flextensor_runtime.errors import ConfigError
@@ -157,12 +158,15 @@ def atomic_output(path: Path) -> Iterator[Path]:
     in_place = check_output_target(path) in IN_PLACE_KINDS
     real = Path(tempfile.gettempdir()) / path.name if in_place else Path(os.path.realpath(path))
     tmp = real.with_name(f".{real.stem}.{secrets.token_hex(4)}.tmp{real.suffix}")
+    mode = None if in_place else replaced_mode(real)
     try:
         yield tmp
         if in_place:
             write_in_place(path, tmp.read_bytes())
             tmp.unlink()
         else:
+            if mode is not None:
+                os.chmod(tmp, mode)
             os.replace(tmp, real)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

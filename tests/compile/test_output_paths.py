@@ -168,3 +168,12 @@ def test_an_image_format_that_needs_latex_is_refused_up_front(tmp_path, capsys) 
     code, err = _run(capsys, ["sweep", str(STATS), "--plot", str(tmp_path / "s.pgf")])
     assert code == 1 and err.startswith("ftc: invalid option: --plot ") and ".pgf" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_redrawn_image_keeps_its_mode(tmp_path, capsys) -> None:
+    out = tmp_path / "t.png"
+    out.write_bytes(b"old")
+    out.chmod(0o600)
+    code, err = _run(capsys, ["inspect", str(PROFILE), "--timeline", str(out)])
+    assert code == 0, err
+    assert out.read_bytes().startswith(b"\x89PNG") and stat.S_IMODE(out.stat().st_mode) == 0o600

@@ -149,3 +149,26 @@ def test_a_profile_the_reader_would_refuse_is_never_written(tmp_path: Path) -> N
     with pytest.raises(ProfileFormatError, match=r"cannot write this profile, .*makespan_ms"):
         save(dataclasses.replace(golden, predicted=huge), tmp_path / "p.msgpack")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_replacing_a_file_keeps_its_mode(tmp_path: Path) -> None:
+    """A private profile stays private when it is saved again (the umask applies to new files)."""
+    target = tmp_path / "p.msgpack"
+    save(format_golden(), target)
+    target.chmod(0o600)
+    save(format_golden(), target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_a_read_only_file_is_not_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `>` would refuse it (as root every file is writable: `os.access` says so here)."""
+    import flextensor_runtime.atomic_file as atomic_file
+
+    target = tmp_path / "p.msgpack"
+    target.write_bytes(b"old")
+    real = atomic_file.os.access
+    monkeypatch.setattr(atomic_file.os, "access",
+                        lambda p, mode: False if Path(p) == target else real(p, mode))  # fmt: skip
+    with pytest.raises(ConfigError, match="the file is read-only; make it writable"):
+        save(format_golden(), target)
+    assert target.read_bytes() == b"old"

@@ -254,7 +254,9 @@ def plan_command(config: PlanConfig) -> str:
     if config.budget_bytes is not None:
         parts.append(f"--budget {config.budget_bytes}")
     if config.mem_fraction is not None:
-        parts.append(f"--mem-fraction {config.mem_fraction:g}")
+        short = f"{config.mem_fraction:g}"  # exact when 6 digits hold it, else every digit
+        exact = short if float(short) == config.mem_fraction else repr(config.mem_fraction)
+        parts.append(f"--mem-fraction {exact}")
     parts.append(f"--strategy {config.strategy}")
     if config.num_blocks is not None:
         parts.append(f"--num-blocks {config.num_blocks}")

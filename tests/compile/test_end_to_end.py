@@ -114,6 +114,19 @@ def test_the_recorded_command_remakes_the_profile_with_its_seed(tmp_path, capsys
     assert again.read_bytes() == out.read_bytes()
 
 
+@pytest.mark.parametrize("fraction", ["0.99999999", "0.6666666666666666", "0.6"])
+def test_the_recorded_mem_fraction_is_exact(tmp_path, capsys, fraction):
+    """Rounded to 6 digits, 0.99999999 was recorded as 1 and the remade budget was a byte more."""
+    import shlex
+
+    stats = ROOT / "profiles" / "tiny_transformer.stats.json"
+    out, again = tmp_path / "a.msgpack", tmp_path / "b.msgpack"
+    _ftc(capsys, "plan", str(stats), "--mem-fraction", fraction, "-o", str(out))
+    command = shlex.split(load(out).meta.command)
+    _ftc(capsys, "plan", str(stats), *command[2:], "-o", str(again))
+    assert again.read_bytes() == out.read_bytes()
+
+
 def test_cli_target_planning_uses_the_roofline(tmp_path, capsys):
     out = tmp_path / "t.msgpack"
     summary = json.loads(_ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"),

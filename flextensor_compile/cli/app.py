@@ -87,8 +87,10 @@ def _leave_model_threads(code: int) -> None:
             if t is not threading.main_thread() and not t.daemon and t.is_alive()]  # fmt: skip
     if not left:
         return
+    from flextensor_compile.units import printable
+
     print(f"ftc: note: not waiting for {len(left)} thread(s) the model file started and left "
-          f"running ({', '.join(left[:3])}); exiting", file=sys.stderr)  # fmt: skip
+          f"running ({printable(', '.join(left[:3]))}); exiting", file=sys.stderr)  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -80,9 +80,10 @@ def label_for(exc: BaseException) -> str | None:
 
 
 def _one_line(text: str) -> str:
-    """Whitespace runs (newlines too) as one space, other control characters as escapes
-    (`\\x1b`): a path or name in a message never moves the cursor or recolours the terminal."""
-    return printable(" ".join(text.split()))
+    """Runs of spaces and newlines as one space (a message may span lines), every other control
+    character as an escape (`\\t`, `\\r`, `\\x1b`): a path or name in a message never moves the
+    cursor or recolours the terminal, and a tab in a file name is not shown as a space."""
+    return printable(" ".join(text.replace("\t", "\\t").replace("\r", "\\r").split()))
 
 
 def run_guarded(fn: Callable[[], object], debug: bool) -> int:

@@ -46,7 +46,10 @@ def _refuse_repeats(params: Sequence[Any], args: Sequence[str], ctx: Any) -> Non
     for token in args:
         if token == "--":
             break
-        opt = token.split("=", 1)[0] if token.startswith("--") else token
+        if token.startswith("--"):
+            opt = token.split("=", 1)[0]
+        else:  # `-ofile`: a short option with its value attached
+            opt = token[:2] if token.startswith("-") and token[:2] in single else token
         name = single.get(opt)
         if name is None:
             continue

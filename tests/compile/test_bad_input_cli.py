@@ -194,6 +194,7 @@ def test_instrument_files_are_written_whole_and_model_prints_leave_json_alone(
          "--budget was given twice; pass it once", "ftc plan --help"),
         (["plan", str(STATS), "-o", "a", "--output", "b"], "--output (and -o) was given twice",
          "ftc plan --help"),
+        (["plan", str(STATS), "-oa", "-ob"], "-o was given twice", "ftc plan --help"),
         (["profile", "m.py", "--cache", "a", "--cache", "b"], "--cache was given twice",
          "ftc profile --help"),
     ],
@@ -459,10 +460,10 @@ def test_a_folder_that_refuses_files_is_found_before_building(tmp_path, capsys) 
 
 
 def test_control_characters_in_a_path_are_shown_as_escapes(tmp_path, capsys) -> None:
-    source = tmp_path / "a\x1b[31mred\x07.json"
+    source = tmp_path / "a\x1b[31mred\x07\tx\r.json"
     code, _, err = _run(capsys, ["plan", str(source), "-o", str(tmp_path / "o.msgpack")])
-    _one_line(code, err, "invalid stats", "a\\x1b[31mred\\x07.json")
-    assert "\x1b" not in err and "\x07" not in err
+    _one_line(code, err, "invalid stats", "a\\x1b[31mred\\x07\\tx\\r.json")
+    assert not any(c in err for c in "\x1b\x07\t\r")
 
 
 def test_json_stays_one_document_when_the_model_writes_to_descriptor_1(tmp_path) -> None:

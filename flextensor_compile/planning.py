@@ -13,8 +13,9 @@ from importlib import metadata
 from flextensor_compile.emit import emit_profile
 from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve
 from flextensor_compile.stats import Stats
-from flextensor_runtime.errors import BudgetError
-from flextensor_runtime.profile import Meta, PlanConfig, Profile, check_profile
+from flextensor_runtime.errors import BudgetError, StatsFormatError
+from flextensor_runtime.profile import Meta, PlanConfig, Predicted, Profile, check_profile
+from flextensor_runtime.profile.fields import MAX_NUMBER
 
 __all__ = ["package_version", "plan_profile", "solve_stats"]
 
@@ -64,4 +65,19 @@ def plan_profile(
     )
     profile = emit_profile(stats, config, problem, plan, meta)
     check_profile(profile)  # an inconsistency the stats checks missed surfaces here
+    _check_recordable(profile.predicted)
     return profile
+
+
+def _check_recordable(p: Predicted) -> None:
+    """Each measurement is in range, but their sums may not be: a prediction a profile cannot
+    record is an error of the stats it came from, not of a profile."""
+    times = {"compute_ms": p.compute_ms, "makespan_ms": p.makespan_ms, "stall_ms": p.stall_ms}
+    for name, value in times.items():
+        if not value <= MAX_NUMBER:
+            raise StatsFormatError(
+                f"the measurements predict a {name} of {value:.4g} per iteration, more than a "
+                f"profile records ({MAX_NUMBER:g}); the stats' compute_ms, calls or "
+                "h2d_latency_ms are far too large: fix them or re-record with `ftc profile "
+                "--save-stats`"
+            )

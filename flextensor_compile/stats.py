@@ -110,10 +110,14 @@ def _top(kind: type, hi: float | None) -> float:
     return (MAX_BYTES if kind is int else MAX_NUMBER) if hi is None else hi
 
 
+_MAX_TEXT = 4096  # the longest name or label a profile records
+
+
 def _str(doc: dict, key: str, where: str) -> str:
     v = doc.get(key)
-    if not isinstance(v, str) or not v:
-        raise _err(f"{where}.{key}", f"expected a non-empty string, got {v!r:.40}")
+    if not isinstance(v, str) or not v or len(v) > _MAX_TEXT:
+        raise _err(f"{where}.{key}", f"expected a non-empty string of at most {_MAX_TEXT} "
+                   f"characters, got {v!r:.40}")  # fmt: skip
     return v
 
 
@@ -244,7 +248,7 @@ def stats_from_json(doc: Any) -> Stats:
         device=_device(doc.get("device")),
         traps=tuple(_trap(t, f"traps[{i}]") for i, t in enumerate(traps)),
         untrapped=tuple(_tensor(t, f"untrapped[{i}]") for i, t in enumerate(untrapped)),
-        timing_source=str(doc.get("timing_source", "stats")),
+        timing_source=_str({"timing_source": "stats", **doc}, "timing_source", "file"),
     )
     _check_names(stats)
     _check_total(stats)

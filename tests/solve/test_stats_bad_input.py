@@ -118,6 +118,8 @@ CASES = [
     (_edited(_set("device", "bandwidth_curve", value=[[4096, 1e-300]])), "bytes_per_s in [1e-09"),
     (_edited(_set("traps", 1, "calls", value=2**31 + 1)), "traps[1].calls: expected int in"),
     (_edited(_set("traps", 1, "compute_ms", value=1e19)), "traps[1].compute_ms: expected float"),
+    (_edited(_set("timing_source", value="x" * 5000)), "file.timing_source: expected a non-empty"),
+    (_edited(_set("timing_source", value=7)), "file.timing_source: expected a non-empty string"),
     (_edited(_over_a_pib), "bytes, over the 1125899906842624 (1 PiB) a profile can describe"),
 ]
 
@@ -162,4 +164,5 @@ def test_in_range_times_whose_sum_is_not_are_one_line(tmp_path: Path, capsys) ->
     code = run_guarded(lambda: app(argv, prog_name="ftc"), False)
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1 and not out.exists()
-    assert "cannot write this profile" in err and "compute_ms" in err, err
+    assert err.startswith("ftc: invalid stats: ") and "more than a profile records" in err, err
+    assert "compute_ms" in err

@@ -47,6 +47,7 @@ def plan(
     a budget, else latency)."""
     from flextensor_compile.cli.inputs import read_measurements
     from flextensor_compile.cli.render import print_json
+    from flextensor_compile.cli.streams import check_json_outputs, text_off_stdout
     from flextensor_compile.config import plan_command
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_compile.planning import plan_profile
@@ -54,6 +55,7 @@ def plan(
     from flextensor_runtime.profile import PlanConfig, save
 
     _check(stats, out, mem_fraction, budget, num_blocks, min_blocks, seed)
+    check_json_outputs(as_json, [("-o", out)])
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
@@ -65,10 +67,11 @@ def plan(
     # so a profile re-planned from its stats is byte-identical.
     profile = plan_profile(read_measurements(stats)[0], config, command=plan_command(config))
     save(profile, out)
-    if as_json:
-        print_json(inspect_document(profile))
-        return
-    _print_summary(profile, out)
+    with text_off_stdout(out):  # `-o /dev/stdout`: the profile alone on stdout
+        if as_json:
+            print_json(inspect_document(profile))
+        else:
+            _print_summary(profile, out)
 
 
 def _print_summary(profile: Profile, out: Path) -> None:

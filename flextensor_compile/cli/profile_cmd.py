@@ -17,7 +17,12 @@ import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.progress import PhaseBars
-from flextensor_compile.cli.streams import stdout_to_stderr
+from flextensor_compile.cli.streams import (
+    check_json_outputs,
+    is_stdout,
+    stdout_to_stderr,
+    text_off_stdout,
+)
 
 __all__ = ["register"]
 
@@ -155,6 +160,7 @@ def _run(opts: dict[str, Any]) -> None:
     check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
     check_output_file(save_stats, "--save-stats", "stats.json")
     check_output_dir(instrument, "--instrument")
+    check_json_outputs(as_json, [("-o", output), ("--save-stats", save_stats)])
     from flextensor_compile.compile_api import INSTRUMENT_PARTS
 
     model_path = Path(model) if Path(model).is_file() else None
@@ -173,23 +179,26 @@ def _run(opts: dict[str, Any]) -> None:
     output_at = output.absolute()
     stats_at = None if save_stats is None else save_stats.absolute()
     instrument_at = None if instrument is None else instrument.absolute()
-    # With --json stdout carries one document: what the model file prints goes to stderr.
-    with stdout_to_stderr() if as_json else nullcontext():
-        spec = load_model_spec(model, inputs)
-        config = config.with_patterns(spec.include, spec.exclude)
-        with PhaseBars(quiet or as_json) as bars:
+    # With --json (or an output on stdout) stdout carries one document: what the model file
+    # prints goes to stderr; the outputs are written after, to the real stdout if named so.
+    keep = as_json or is_stdout(output) or is_stdout(save_stats)
+    with PhaseBars(quiet or as_json) as bars:
+        with stdout_to_stderr() if keep else nullcontext():
+            spec = load_model_spec(model, inputs)
+            config = config.with_patterns(spec.include, spec.exclude)
             built = build_model(spec)
             example = make_inputs(spec)
             stem = Path(model).stem if model.endswith(".py") else model
             c = compile_api.collect_stats(built, example, config, spec.run, name=stem,
                                           source=spec.source, progress=bars)  # fmt: skip
-            if stats_at is not None:
-                write_stats(c.stats, stats_at)
-            bars.start("solving", 1)
-            prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
-            bars.advance("solving")
-        save(prof, output_at)
-    _finish(compile_api, c, prof, output, instrument_at, quiet, as_json, bars.console)
+        if stats_at is not None:
+            write_stats(c.stats, stats_at)
+        bars.start("solving", 1)
+        prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
+        bars.advance("solving")
+    save(prof, output_at)
+    with text_off_stdout(output, save_stats):
+        _finish(compile_api, c, prof, output, instrument_at, quiet, as_json, bars.console)
 
 
 def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, quiet: bool,

@@ -3,7 +3,9 @@
 Owns: `stdout_to_stderr`, which sends everything written to stdout while it is active to
 stderr: `print` (`sys.stdout`), `sys.__stdout__`, and writes to file descriptor 1 itself (a
 subprocess, a C extension, `os.write(1, ...)`), so a model file that prints cannot break the
-document. Must not know: what runs inside it.
+document; `is_stdout`, whether an output path is stdout itself (`-o /dev/stdout`), and
+`text_off_stdout`, which then sends the command's own lines to stderr so they do not end up
+inside the file, and `check_json_outputs`, which refuses such an output with `--json`. Must not know: what runs inside it.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stdout
+from contextlib import AbstractContextManager, contextmanager, nullcontext, redirect_stdout
+from pathlib import Path
 
-__all__ = ["stdout_to_stderr"]
+__all__ = ["check_json_outputs", "is_stdout", "stdout_to_stderr", "text_off_stdout"]
 
 
 def _flush() -> None:
@@ -40,3 +43,34 @@ def stdout_to_stderr() -> Iterator[None]:
         if saved >= 0:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def is_stdout(path: Path | None) -> bool:
+    """Whether `path` is the file stdout writes to (`/dev/stdout`, the pipe or terminal it is);
+    `/dev/null` is not counted: nothing written there is read."""
+    if path is None:
+        return False
+    try:
+        here, out = os.stat(path), os.fstat(1)
+        if os.path.samefile(path, os.devnull):
+            return False
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (out.st_dev, out.st_ino)
+
+
+def text_off_stdout(*outputs: Path | None) -> AbstractContextManager[object]:
+    """Inside: when an output is stdout, the command's own printing goes to stderr."""
+    if any(is_stdout(p) for p in outputs):
+        return redirect_stdout(sys.stderr)
+    return nullcontext()
+
+
+def check_json_outputs(as_json: bool, outputs: list[tuple[str, Path | None]]) -> None:
+    """With `--json` stdout carries the document: an output written there too is refused."""
+    from flextensor_runtime.errors import ConfigError
+
+    for option, path in outputs:
+        if as_json and is_stdout(path):
+            raise ConfigError(f"{option} {path}: is stdout, which --json writes its document "
+                              "to; write the file somewhere else or drop --json")  # fmt: skip

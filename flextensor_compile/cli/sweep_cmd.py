@@ -87,10 +87,12 @@ def sweep(
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from flextensor_compile.cli.paths import write_image
     from flextensor_compile.cli.render import print_json
+    from flextensor_compile.cli.streams import check_json_outputs, text_off_stdout
     from flextensor_compile.sweep import plot_sweep, weight_bytes
     from flextensor_compile.sweep import sweep as run_sweep
 
     budgets = _checked_fractions(fractions, plot, source)
+    check_json_outputs(as_json, [("--plot", plot)])
     stats, config = _load(source)
     config = _override(config, strategy, assignment)
     with PhaseBars(quiet=False) as bars:  # on stderr, and only on a terminal
@@ -99,12 +101,12 @@ def sweep(
     planned = any(p.makespan_ms is not None for p in points)
     if plot is not None and planned:  # no plan, no curve: an empty chart is not written
         write_image(plot, lambda tmp, fmt: plot_sweep(points, tmp, fmt))
-    if as_json:
-        print_json([asdict(p) for p in points])
-        return
-    _print_points(
-        points, [*_pick_lines(points, weight_bytes(stats)), *_notes(config, plot, planned)]
-    )
+    with text_off_stdout(plot):  # `--plot /dev/stdout`: the image alone on stdout
+        if as_json:
+            print_json([asdict(p) for p in points])
+            return
+        lines = [*_pick_lines(points, weight_bytes(stats)), *_notes(config, plot, planned)]
+        _print_points(points, lines)
 
 
 def _notes(config: PlanConfig, plot: Path | None, planned: bool) -> list[str]:

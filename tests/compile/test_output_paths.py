@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,3 +179,25 @@ def test_a_redrawn_image_keeps_its_mode(tmp_path, capsys) -> None:
     code, err = _run(capsys, ["inspect", str(PROFILE), "--timeline", str(out)])
     assert code == 0, err
     assert out.read_bytes().startswith(b"\x89PNG") and stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+def _ftc_piped(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """`ftc ARGS` with stdout a pipe, so /dev/stdout names the pipe as a user's `| cat` would."""
+    argv = [sys.executable, "-m", "flextensor_compile", *args]
+    return subprocess.run(argv, capture_output=True, timeout=300, cwd=ROOT)
+
+
+def test_an_output_on_stdout_gets_the_file_alone(tmp_path) -> None:
+    """`-o /dev/stdout` and `--timeline /dev/stdout`: the bytes on stdout are the file's; the
+    command's own lines go to stderr; with --json the clash is refused before any work."""
+    from flextensor_runtime.profile import loads
+
+    plan = _ftc_piped("plan", str(STATS), "-o", "/dev/stdout")
+    assert plan.returncode == 0, plan.stderr
+    assert loads(plan.stdout).traps and b"wrote /dev/stdout" in plan.stderr
+    image = _ftc_piped("inspect", str(PROFILE), "--timeline", "/dev/stdout")
+    assert image.returncode == 0, image.stderr
+    assert image.stdout.startswith(b"\x89PNG") and b"timeline written" in image.stderr
+    clash = _ftc_piped("plan", str(STATS), "-o", "/dev/stdout", "--json")
+    assert clash.returncode == 1 and clash.stdout == b""
+    assert b"is stdout, which --json writes its document to" in clash.stderr

@@ -90,7 +90,7 @@ def check_image_file(path: Path | None, option: str) -> None:
     if path.suffix and path.suffix.lower() not in _IMAGE_SUFFIXES:
         raise ConfigError(
             f"{option} {path}: a {path.suffix!r} image cannot be drawn; name the file .png "
-            f"(or one of {', '.join(_IMAGE_SUFFIXES[1:6])})"
+            f"(or one of {', '.join(_IMAGE_SUFFIXES[1:])})"
         )
 
 

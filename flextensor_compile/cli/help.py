@@ -36,27 +36,38 @@ def _quiet(option: Any) -> Any:
     return option
 
 
-def _refuse_repeats(params: Sequence[Any], args: Sequence[str], ctx: Any) -> None:
-    """An option that takes one value given twice (`--budget 1 --budget 2`) is a usage error:
-    click would keep the last one and drop the first without a word."""
-    single = {opt: p.name for p in params if getattr(p, "opts", None) is not None
-              and not getattr(p, "multiple", False) and not getattr(p, "count", False)
-              for opt in (*p.opts, *getattr(p, "secondary_opts", ()))}  # fmt: skip
+def _option_names(params: Sequence[Any]) -> dict[str, Any]:
+    """Every option string (`-o`, `--output`) -> its parameter."""
+    return {opt: p for p in params if getattr(p, "opts", None) is not None
+            for opt in (*p.opts, *getattr(p, "secondary_opts", ()))}  # fmt: skip
+
+
+def _check_tokens(params: Sequence[Any], args: Sequence[str], ctx: Any) -> None:
+    """Usage errors click would pass over in silence: an option that takes one value given twice
+    (`--budget 1 --budget 2`: click keeps the last), and an option whose value is another
+    option's name (`--budget --strategy greedy`, `-o --json`: click takes the name as the
+    value, then reports the word after it as an extra argument, or writes a file `--json`)."""
+    names = _option_names(params)
     first: dict[str, str] = {}
-    for token in args:
+    for i, token in enumerate(args):
+        after = args[i + 1] if i + 1 < len(args) else None
         if token == "--":
             break
         if token.startswith("--"):
             opt = token.split("=", 1)[0]
         else:  # `-ofile`: a short option with its value attached
-            opt = token[:2] if token.startswith("-") and token[:2] in single else token
-        name = single.get(opt)
-        if name is None:
+            opt = token[:2] if token.startswith("-") and token[:2] in names else token
+        param = names.get(opt)
+        if param is None or getattr(param, "is_flag", False):
+            continue  # a flag (or a value): nothing follows it
+        if opt == token and after is not None and after.split("=", 1)[0] in names:
+            raise _CLICK_ERRORS.UsageError(f"{opt} needs a value, got the option {after}", ctx)
+        if getattr(param, "multiple", False) or getattr(param, "count", False):
             continue
-        if name in first:
-            said = f"{opt}" if opt == first[name] else f"{opt} (and {first[name]})"
+        if param.name in first:
+            said = f"{opt}" if opt == first[param.name] else f"{opt} (and {first[param.name]})"
             raise _CLICK_ERRORS.UsageError(f"{said} was given twice; pass it once", ctx)
-        first[name] = opt
+        first[param.name] = opt
 
 
 class FtcCommand(TyperCommand):
@@ -67,7 +78,7 @@ class FtcCommand(TyperCommand):
         return _quiet(super().get_help_option(ctx))
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        _refuse_repeats(self.get_params(ctx), args, ctx)
+        _check_tokens(self.get_params(ctx), args, ctx)
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:

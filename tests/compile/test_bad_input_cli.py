@@ -195,6 +195,11 @@ def test_instrument_files_are_written_whole_and_model_prints_leave_json_alone(
         (["plan", str(STATS), "-o", "a", "--output", "b"], "--output (and -o) was given twice",
          "ftc plan --help"),
         (["plan", str(STATS), "-oa", "-ob"], "-o was given twice", "ftc plan --help"),
+        # an option's value that is another option's name: click took it as the value
+        (["plan", str(STATS), "--budget", "--strategy", "greedy", "-o", "a"],
+         "--budget needs a value, got the option --strategy", "ftc plan --help"),
+        (["plan", str(STATS), "--budget", "1", "-o", "--json"],
+         "-o needs a value, got the option --json", "ftc plan --help"),
         (["profile", "m.py", "--cache", "a", "--cache", "b"], "--cache was given twice",
          "ftc profile --help"),
     ],

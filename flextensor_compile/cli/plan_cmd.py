@@ -46,10 +46,8 @@ def plan(
     """Solve a stats file (or a profile's measurements) into an offload profile (memory mode with
     a budget, else latency)."""
     from flextensor_compile.cli.inputs import read_measurements
-    from flextensor_compile.cli.render import print_json
-    from flextensor_compile.cli.streams import check_json_outputs, text_off_stdout
+    from flextensor_compile.cli.streams import check_json_outputs
     from flextensor_compile.config import plan_command
-    from flextensor_compile.inspect_doc import inspect_document
     from flextensor_compile.planning import plan_profile
     from flextensor_compile.units import parse_size
     from flextensor_runtime.profile import PlanConfig, save
@@ -67,6 +65,15 @@ def plan(
     # so a profile re-planned from its stats is byte-identical.
     profile = plan_profile(read_measurements(stats)[0], config, command=plan_command(config))
     save(profile, out)
+    _report(profile, out, as_json)
+
+
+def _report(profile: Profile, out: Path, as_json: bool) -> None:
+    """The inspect document or the summary line, on stderr when the profile went to stdout."""
+    from flextensor_compile.cli.render import print_json
+    from flextensor_compile.cli.streams import text_off_stdout
+    from flextensor_compile.inspect_doc import inspect_document
+
     with text_off_stdout(out):  # `-o /dev/stdout`: the profile alone on stdout
         if as_json:
             print_json(inspect_document(profile))

@@ -255,7 +255,8 @@ def test_ctrl_c_on_a_model_file_that_loops(tmp_path, signum) -> None:
     assert proc.returncode == EXIT_INTERRUPTED, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ftc: interrupted"), err
-    assert f"{model} line 6" in lines[0] or f"{model} line 7" in lines[0]  # the loop's lines
+    # build_model's lines: the loop's, or the touch still returning when the signal came
+    assert any(f"{model} line {n}" in lines[0] for n in (5, 6, 7)), lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py", "started"]
 
 

@@ -1,13 +1,13 @@
 """Refusing to run a module whose streamed weights are not present (its trap is not running).
 
-Owns: forward pre-hooks on the modules that own a trap's streamed tensors but have no trap of
-their own: a child of a module trap (`blocks.3.up` under the trap `blocks.3`), or a module
+Owns: a check in front of the forward of each module that owns a trap's streamed tensors but
+has no trap of its own: a child of a module trap (`blocks.3.up` under the trap `blocks.3`), or a module
 driven by a manual trap. Called while a transfer its weights come from is not held by a running
 trap (a direct call of the child, or code that lacks `with offload_block(name):`), it raises one
 `ConfigError` line naming the module, the trap and the fix. Without it the module silently read
 whatever the memory block held. Modules driven by a trap of their own are not hooked (their trap
 runs first). When `offload_block` without `model=` resolved to another deployed model, the
-message says so. The per-call cost is one lookup per transfer the module reads (usually one).
+message says so. The per-call cost is one Python call and one lookup per transfer the module reads (usually one).
 Must not know: schedules on disk, backends, how copies are made.
 """
 
@@ -84,7 +84,7 @@ def _message(m: nn.Module, need: _Need, model: nn.Module) -> str:
 
 
 def _check(active: list[int], need: _Need, model: nn.Module) -> Callable[[nn.Module, Any], None]:
-    """The pre-hook: one list lookup per transfer (the common case is one transfer)."""
+    """The check: one list lookup per transfer (the common case is one transfer)."""
     if len(need.transfers) == 1:
         (k,) = need.transfers
 
@@ -102,20 +102,41 @@ def _check(active: list[int], need: _Need, model: nn.Module) -> Callable[[nn.Mod
     return check
 
 
+def _guarded(module: nn.Module, check: Callable[[nn.Module, Any], None]) -> Callable[[], None]:
+    """Put `check` in front of `module`'s forward (an instance attribute, as a trap's forward is:
+    a forward pre-hook would send every call of the module down torch's slower hooked path).
+    Returns the undo, which puts back an instance-level forward other code had set."""
+    had = "forward" in module.__dict__
+    previous = module.__dict__.get("forward")
+    original = module.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        check(module, args)
+        return original(*args, **kwargs)
+
+    forward._ft_original_forward_func = original  # type: ignore[attr-defined]
+    module.forward = forward  # type: ignore[method-assign]
+
+    def undo() -> None:
+        del module.__dict__["forward"]
+        if had:
+            module.__dict__["forward"] = previous
+
+    return undo
+
+
 def guard_owner_calls(
     model: nn.Module, profile: Profile, tables: Tables, runtime: Runtime, trapped: set[int]
 ) -> Callable[[], None]:
-    """Hook the owners of streamed tensors (not those in `trapped`, the ids of modules with a
+    """Guard the owners of streamed tensors (not those in `trapped`, the ids of modules with a
     trap of their own). Returns the undo."""
-    hooks = [
-        model.get_submodule(need.path).register_forward_pre_hook(
-            _check(runtime.active, need, model)
-        )
+    undos = [
+        _guarded(model.get_submodule(need.path), _check(runtime.active, need, model))
         for need in _needs(model, profile, tables, trapped)
     ]
 
     def undo() -> None:
-        for hook in hooks:
-            hook.remove()
+        for one in reversed(undos):
+            one()
 
     return undo

@@ -1,7 +1,8 @@
 """`python -m bench.runtime.guard`: what the call guard costs per trap call, measured side by side.
 
-The guard is the forward pre-hook on each module that owns streamed weights without a trap of
-its own (each block's `fc` in the overhead stack, whose traps are the blocks); this runs the
+The guard is the check in front of the forward of each module that owns streamed weights
+without a trap of its own (each block's `fc` in the overhead stack, whose traps are the
+blocks); this runs the
 overhead table with it and with it replaced by nothing, three times each, and prints the median
 per-call time of both and their difference. The guard stays on in real use; this only prices it.
 Must not know: how the guard decides.

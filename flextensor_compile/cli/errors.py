@@ -61,7 +61,7 @@ class Interrupted(Exception):
     def line(self) -> str:
         at = f" at {self.where}" if self.where else ""
         return (f"ftc: interrupted{at}; no partial file was left (outputs are replaced whole "
-                "or not at all), rerun the command")  # fmt: skip
+                "or not at all); rerun the command for any output that is missing")  # fmt: skip
 
 
 def usage_line(exc: Any) -> str:

@@ -18,6 +18,7 @@ from flextensor_compile.planning import solve_stats
 from flextensor_compile.solve import Plan, Problem, exposed_call_ms, prefer_leaves
 from flextensor_compile.stats import Stats, canonical_stats
 from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.model_tensors import owner_path
 from flextensor_runtime.profile import PlanConfig
 
 if TYPE_CHECKING:
@@ -51,15 +52,10 @@ def _describe(kept: str, modules: Solved | None, leaves: Solved | None, n: tuple
             f"{one('leaves', leaves, n[1])} (makespan + trap-call time stalls do not hide)")  # fmt: skip
 
 
-def _owner(name: str, kind: str) -> str:
-    parts = name.split(".")
-    return ".".join(parts[: -2 if kind == "inner" else -1])
-
-
 def splittable(stats: Stats) -> bool:
     """Whether some trap's weights belong to more than one module (its own and its children's):
     only then do leaf traps differ from module traps (a Linear's weight and bias do not split)."""
-    return any(len({_owner(t.name, t.kind) for t in trap.tensors if t.tie is None}) > 1
+    return any(len({owner_path(t.name, t.kind) for t in trap.tensors if t.tie is None}) > 1
                for trap in stats.traps)  # fmt: skip
 
 

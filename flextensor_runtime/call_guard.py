@@ -21,7 +21,8 @@ from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.manual import current_model
-from flextensor_runtime.profile import Profile, TensorEntry, Trap
+from flextensor_runtime.model_tensors import owner_path
+from flextensor_runtime.profile import Profile, Trap
 from flextensor_runtime.schedule import Tables
 from flextensor_runtime.traps import Runtime
 
@@ -37,12 +38,6 @@ class _Need:
     transfers: set[int] = field(default_factory=set)
 
 
-def _owner(e: TensorEntry) -> str:
-    """The path of the module that holds `e` ("" for the root)."""
-    parts = e.name.split(".")
-    return ".".join(parts[: -2 if e.kind == "inner" else -1])
-
-
 def _needs(model: nn.Module, profile: Profile, tables: Tables, trapped: set[int]) -> list[_Need]:
     """One entry per module (by object: a module shared by two paths is hooked once) that owns
     streamed tensors and is not in `trapped`."""
@@ -53,7 +48,7 @@ def _needs(model: nn.Module, profile: Profile, tables: Tables, trapped: set[int]
             k = carrier.get(e.tie or e.name) if e.placement != "resident" else None
             if k is None:
                 continue
-            path = _owner(e)
+            path = owner_path(e.name, e.kind)
             module = model.get_submodule(path)
             if id(module) not in trapped:
                 needs.setdefault(id(module), _Need(path, trap)).transfers.add(k)

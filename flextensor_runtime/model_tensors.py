@@ -24,12 +24,20 @@ __all__ = [
     "inner_fields",
     "iter_model_tensors",
     "model_tensor_entries",
+    "owner_path",
 ]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """torch.bfloat16 -> "bfloat16" (the profile's dtype spelling)."""
     return str(dtype).removeprefix("torch.")
+
+
+def owner_path(name: str, kind: str) -> str:
+    """The path of the module that holds the tensor `name` ("" for the root): its parent, or for
+    an inner field (`w.scale`, named after its parameter) the parameter's parent."""
+    parts = name.split(".")
+    return ".".join(parts[: -2 if kind == "inner" else -1])
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:

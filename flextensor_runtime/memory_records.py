@@ -129,7 +129,9 @@ def _check_capacity(capacity: object) -> int | None:
 class MemoryStore:
     """Bounded in-process memory store; records are dicts with at least `REQUIRED_KEYS`.
 
-    At capacity, adding a record evicts the oldest (first inserted) ones.
+    At capacity, adding a record evicts the oldest (first inserted) ones. A record added
+    without a timestamp gets the current length counting the records evicted since the store
+    was made or last replaced, so default timestamps keep increasing past the capacity.
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class MemoryStore:
     ) -> None:
         self._capacity = _check_capacity(capacity)
         self._records: list[dict[str, Any]] = []
+        self._evicted = 0  # records evicted since the last replace: default timestamps count them
         self.replace(records)
 
     @property
@@ -164,7 +167,11 @@ class MemoryStore:
         metadata: Mapping[str, Any] | None = None,
         score: float | None = None,
     ) -> dict[str, Any]:
-        """Append a new record; *timestamp* defaults to the current length."""
+        """Append a new record; *timestamp* defaults to the current length.
+
+        The length counts the records evicted at capacity since the store was made or last
+        replaced, so a default timestamp is never one an earlier default already used.
+        """
         meta = {} if metadata is None else metadata
         return self.add(MemoryRecord(content, kind, timestamp, meta, score))
 
@@ -229,11 +236,14 @@ class MemoryStore:
             return []
         excess = len(self._records) - self._capacity
         dropped, self._records[:excess] = self._records[:excess], []
+        self._evicted += excess
         return dropped
 
     def replace(self, records: Iterable[Mapping[str, Any] | MemoryRecord]) -> None:
         """Clear the store and append *records* in order (the list object stays the same).
 
+        *records* is read in full before the store is cleared, so it may be (or be computed
+        from) the store's own records: `store.replace(r for r in store.records if ...)`.
         If a record is invalid the store keeps its previous records.
         """
         if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
@@ -241,13 +251,16 @@ class MemoryStore:
                 f"records of type {type(records).__name__} are invalid; pass a list of record "
                 "mappings or MemoryRecords"
             )
-        saved = list(self._records)
+        incoming = list(records)  # before clearing: a generator over self._records would see []
+        saved, saved_evicted = list(self._records), self._evicted
         self._records.clear()
+        self._evicted = 0
         try:
-            for record in records:
+            for record in incoming:
                 self.add(record)
         except BaseException:
             self._records[:] = saved
+            self._evicted = saved_evicted
             raise
 
     def _normalise(self, record: Mapping[str, Any] | MemoryRecord) -> dict[str, Any]:
@@ -263,7 +276,7 @@ class MemoryStore:
         data.setdefault("metadata", {})
         data.setdefault("score", None)
         if data.get("timestamp") is None:
-            data["timestamp"] = len(self._records)
+            data["timestamp"] = len(self._records) + self._evicted
         _check_fields(data["kind"], data["metadata"], data["timestamp"], data["score"])
         data["metadata"] = dict(data["metadata"])
         return data
@@ -309,7 +322,7 @@ class BaseMemory:
         return self.store.records
 
     def replace_records(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Replace the backing records, preserving `capacity`."""
+        """Replace the backing records, preserving `capacity` (see `MemoryStore.replace`)."""
         self.store.replace(records)
 
     def schema(self, **kwargs: Any) -> dict[str, Any]:

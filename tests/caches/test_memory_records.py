@@ -207,3 +207,44 @@ def test_a_record_is_checked_when_made_as_when_added(kwargs, message) -> None:
     with pytest.raises(ConfigError, match=message + ".* is invalid"):
         MemoryRecord("a", **kwargs)
     assert MemoryRecord("a", timestamp=3, score=0.5).to_dict()["timestamp"] == 3
+
+
+def test_replace_with_the_stores_own_records_keeps_them() -> None:
+    """`replace` cleared the live list before reading its argument, so a filter over the
+    store's own records (or the records themselves) emptied the store."""
+    store = MemoryStore()
+    for i, kind in enumerate(["text", "image", "text", "action"]):
+        store.append(f"item {i}", kind=kind)
+    live = store.records
+    store.replace(r for r in store.records if r["kind"] != "text")
+    assert [r["content"] for r in store] == ["item 1", "item 3"] and store.records is live
+    store.replace(store.records)
+    assert [r["content"] for r in store] == ["item 1", "item 3"] and store.records is live
+    memory = BaseMemory()
+    memory.record("x", kind="text")
+    memory.record("y", kind="image")
+    memory.replace_records(memory.records)
+    assert [r["content"] for r in memory.records] == ["x", "y"]
+
+
+def test_default_timestamps_keep_increasing_past_capacity() -> None:
+    """The default timestamp (the length) counts evicted records: it used to repeat once the
+    store was full, so `since=` missed the newest records."""
+    store = MemoryStore(capacity=2)
+    for i in range(5):
+        store.append(f"e{i}")
+    assert [(r["content"], r["timestamp"]) for r in store] == [("e3", 3), ("e4", 4)]
+    assert [r["content"] for r in store.query(since=3)] == ["e4", "e3"]
+    store.replace([{"content": "fresh"}])  # a replaced store counts from its new records
+    assert store.append("next")["timestamp"] == 1
+    unbounded = MemoryStore()
+    assert [unbounded.append(i)["timestamp"] for i in range(3)] == [0, 1, 2]
+
+
+def test_failed_replace_keeps_the_eviction_count() -> None:
+    store = MemoryStore(capacity=1)
+    for i in range(3):
+        store.append(i)
+    with pytest.raises(ConfigError, match="lacks 'content'"):
+        store.replace([{"content": "a"}, {"content": "b"}, {"nocontent": 1}])
+    assert store.append("next")["timestamp"] == 3

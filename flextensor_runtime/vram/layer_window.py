@@ -41,7 +41,8 @@ class _Layer:
     flat: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)  # host, per dtype
     device: dict[int, torch.Tensor] | None = None  # id(master) -> device copy
     ticket: CopyTicket | None = None
-    slot: int | None = None
+    slot: int | None = None  # reusable device slot holding the packed copy (None: own memory)
+    running: int = 0  # forwards of this layer in progress (a layer may call itself)
 
 
 def _collect(layer: nn.Module) -> _Layer:
@@ -73,7 +74,6 @@ class LayerWindow:
         self._slot_devices: list[dict[torch.dtype, torch.Tensor]] = [{}, {}]
         self._slot_owner: list[int | None] = [None, None]
         self._slot_free: list[CopyTicket | None] = [None, None]
-        self._next_slot = 0
         for index, state in enumerate(self.layers):
             self._make_masters(index, state, pin_memory)
         if reuse_buffers:
@@ -120,17 +120,29 @@ class LayerWindow:
 
     # -- the window -----------------------------------------------------------------------
     def prefetch(self, index: int) -> None:
-        """Start copying layer `index` to the device (no-op when already in flight)."""
+        """Start copying layer `index` to the device (no-op when already in flight).
+
+        With reuse_buffers a prefetch takes a slot no running layer holds; when both slots are
+        held by running layers (a layer that calls another) there is nothing to prefetch into
+        and the layer is fetched when it runs.
+        """
         state = self.layers[index]
-        if state.ticket is not None:
-            return
+        if state.ticket is None and (not state.packed or self._free_slot() is not None):
+            self._fetch(index, state)
+
+    def _fetch(self, index: int, state: _Layer) -> None:
+        """Copy layer `index` to the device: into a reusable slot where one is free of running
+        layers, otherwise (reuse_buffers with both slots busy) into memory of its own."""
         pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         device: dict[int, torch.Tensor] = {}
         packed_ids = {id(p) for params in state.packed.values() for p in params}
         after = self._claim_slot(index, state) if state.packed else None
         for dtype, params in state.packed.items():
-            assert state.slot is not None
-            dst = self._slot_devices[state.slot][dtype][: state.flat[dtype].numel()]
+            numel = state.flat[dtype].numel()
+            if state.slot is not None:
+                dst = self._slot_devices[state.slot][dtype][:numel]
+            else:
+                dst = self.backend.empty_like(state.flat[dtype])
             pairs.append((dst, state.flat[dtype]))
             offset = 0
             for p in params:
@@ -145,23 +157,50 @@ class LayerWindow:
         state.ticket = self.backend.copy_async(pairs, after)
         self.counters.async_copies += len(pairs)
 
+    def _free_slot(self) -> int | None:
+        """A slot to copy into: an empty one first, else one holding a prefetched layer that is
+        not running (its copy is dropped); never the slot of a running layer."""
+        for slot, owner in enumerate(self._slot_owner):
+            if owner is None:
+                return slot
+        for slot, owner in enumerate(self._slot_owner):
+            if owner is not None and not self.layers[owner].running:
+                return slot
+        return None
+
     def _claim_slot(self, index: int, state: _Layer) -> CopyTicket | None:
-        slot = self._next_slot
-        self._next_slot = 1 - slot
+        """Take a slot for layer `index` (None when every slot is held by a running layer:
+        the layer then gets device memory of its own). Returns what the copy must wait for."""
+        slot = self._free_slot()
+        if slot is None:
+            state.slot = None
+            return None
         owner = self._slot_owner[slot]
-        if owner is not None and owner != index:
+        if owner is not None:
             self.invalidate(owner)  # a prefetch that was never used gives its slot back
         self._slot_owner[slot] = index
         state.slot = slot
         return self._slot_free[slot]
 
     def invalidate(self, index: int) -> None:
-        """Drop layer `index`'s device copy (after its copy finished); masters are unchanged."""
+        """Drop layer `index`'s device copy (after its copy finished); masters are unchanged.
+
+        A running layer keeps the copy it computes with (it is released when the layer returns).
+        """
         state = self.layers[index]
         if state.ticket is not None:
             state.ticket.wait()
+        if not state.running:
+            self._release(index, None)
+
+    def _release(self, index: int, slot_free: CopyTicket | None) -> None:
+        """Forget layer `index`'s device copy and give its slot back; the next copy into the
+        slot waits for `slot_free` (the compute that read it) when given."""
+        state = self.layers[index]
         if state.slot is not None and self._slot_owner[state.slot] == index:
             self._slot_owner[state.slot] = None
+            if slot_free is not None:
+                self._slot_free[state.slot] = slot_free
         state.ticket, state.device, state.slot = None, None, None
 
     def before(self, index: int) -> None:
@@ -175,28 +214,40 @@ class LayerWindow:
             self.counters.forwards += 1
             self.lifetime_forwards += 1
         state = self.layers[index]
+        self.counters.layer_runs += 1
+        if state.running:  # called from its own forward: its device copy is bound already
+            state.running += 1
+            self.counters.prefetch_hits += 1
+            return
         if state.ticket is None:
-            self.prefetch(index)
+            self._fetch(index, state)
             self.counters.sync_materializations += 1  # not prefetched: the copy is on the path
         else:
             self.counters.prefetch_hits += 1
         assert state.ticket is not None and state.device is not None
-        state.ticket.wait()
+        try:
+            state.ticket.wait()
+        except BaseException:
+            self._release(index, None)  # a failed copy is not kept for the next call
+            raise
         for owner, local, master in state.slots:
             owner._parameters[local] = nn.Parameter(state.device[id(master)], requires_grad=False)
-        self.counters.layer_runs += 1
+        state.running = 1
         if index + 1 < len(self.layers):
             self.prefetch(index + 1)
 
     def after(self, index: int) -> None:
-        """Forward hook: rebind the host masters and release the device copy."""
+        """Forward hook (also on exceptions): when the layer's outermost call returns, rebind
+        the host masters and release the device copy."""
         state = self.layers[index]
+        if not state.running:  # the pre-hook failed: nothing was bound
+            return
+        state.running -= 1
+        if state.running:
+            return
         for owner, local, master in state.slots:
             owner._parameters[local] = master
-        if state.slot is not None:
-            self._slot_free[state.slot] = self.backend.compute_done()
-            self._slot_owner[state.slot] = None
-        state.ticket, state.device, state.slot = None, None, None
+        self._release(index, self.backend.compute_done())
         if index == len(self.layers) - 1:
             self.prefetch(0)  # the next request starts with a prefetched layer
 

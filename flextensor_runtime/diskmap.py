@@ -151,7 +151,10 @@ class DiskMap(Mapping[str, torch.Tensor]):
     """Lazy mapping from checkpoint parameter names to materialized tensors.
 
     Safetensors files stay memory-mapped and one tensor is read per lookup. PyTorch `.bin`/`.pt`
-    files go through `torch.load(weights_only=True)` (memory-mapped when the file allows it).
+    files go through `torch.load(weights_only=True)` (memory-mapped when the file allows it);
+    their top-level tensors are used, or those under a nested "state_dict" (Lightning `.ckpt`).
+    A name held by two different files is a DiskMapError. Two maps are equal only when they
+    are the same object (comparing values would read every tensor).
     `state_dict_converter` receives {name: name} for every stored tensor and returns the renamed
     {new name: stored name}; it may rename and drop keys, not compute tensors. After
     `buffer_size` tensor elements have been materialized the files are reopened.
@@ -175,7 +178,7 @@ class DiskMap(Mapping[str, torch.Tensor]):
         self._handles: dict[Path, tuple[Any, tuple[int, int]]] = {}  # file -> (handle, stamp)
         self._files: dict[str, Path] = {}
         for file in _checkpoint_files(path):
-            self._files.update(self._scan(file))
+            _merge_names(self._files, self._scan(file))
         self._sources = self._renamed(state_dict_converter)
 
     def _scan(self, file: Path) -> dict[str, Path]:
@@ -288,6 +291,13 @@ class DiskMap(Mapping[str, torch.Tensor]):
     def __len__(self) -> int:
         return len(self._sources)
 
+    def __eq__(self, other: object) -> bool:
+        # identity: Mapping's value comparison would read every tensor (and `==` on tensors
+        # is elementwise, so it raised "Boolean value of Tensor ... is ambiguous")
+        return self is other
+
+    __hash__ = object.__hash__
+
     def __deepcopy__(self, memo: dict[int, Any]) -> DiskMap:
         return self  # read-only and holding open files: copies of a model share it
 
@@ -311,13 +321,46 @@ class _TorchFile:
             ) from exc
         if not isinstance(state, Mapping):
             raise DiskMapError(f"{file} holds {type(state).__name__}, not a state dict: re-save it")
-        self._tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+        self._tensors = _state_dict_tensors(file, state)
 
     def keys(self) -> list[str]:
         return list(self._tensors)
 
     def get_tensor(self, name: str) -> torch.Tensor:
         return self._tensors[name]
+
+
+def _merge_names(files: dict[str, Path], scanned: Mapping[str, Path]) -> None:
+    """Add `scanned` to `files`, refusing a name two different files both hold (which one
+    would be read depended on the order the files were given)."""
+    for name, file in scanned.items():
+        known = files.setdefault(name, file)
+        if known != file and known.resolve() != file.resolve():
+            raise DiskMapError(
+                f"tensor {name!r} is in both {known} and {file}: DiskMap cannot tell which to "
+                "read; pass the files of one checkpoint only (or drop one of these files)"
+            )
+
+
+def _tensors_of(state: Mapping[Any, Any]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in state.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
+
+
+def _state_dict_tensors(file: Path, state: Mapping[Any, Any]) -> dict[str, torch.Tensor]:
+    """The tensors of a loaded PyTorch checkpoint: its top-level tensors, or, when it has
+    none, those of a nested "state_dict" mapping (Lightning and many trainers save
+    {"state_dict": {...}, "epoch": ...}). Other values (epochs, optimizer states) are skipped."""
+    tensors = _tensors_of(state)
+    nested = state.get("state_dict")
+    if not tensors and isinstance(nested, Mapping):
+        tensors = _tensors_of(nested)
+    if not tensors:
+        keys = sorted(str(k) for k in state)[:8]
+        raise DiskMapError(
+            f"{file} holds no tensors at its top level or under 'state_dict' (top-level keys: "
+            f"{keys}): re-save the state dict itself, e.g. torch.save(ckpt['model'], path)"
+        )
+    return tensors
 
 
 def _stamp(file: Path) -> tuple[int, int] | None:

@@ -190,3 +190,36 @@ def test_bad_options_are_config_errors(single, kwargs, message) -> None:
     with pytest.raises(ConfigError, match=message):
         DiskMap(single, "cpu", **kwargs)
     assert DiskMap(single, "cpu", buffer_size=1e9).buffer_size == 10**9
+
+
+def test_a_name_in_two_files_is_refused_naming_both(tmp_path) -> None:
+    """The later file used to win silently."""
+    save_file({"w": torch.zeros(2, 2)}, str(tmp_path / "a.safetensors"))
+    save_file({"w": torch.ones(2, 2)}, str(tmp_path / "b.safetensors"))
+    with pytest.raises(DiskMapError, match=r"tensor 'w' is in both .*a\.safetensors and .*b\."):
+        DiskMap([tmp_path / "a.safetensors", tmp_path / "b.safetensors"], "cpu")
+    with pytest.raises(DiskMapError, match="pass the files of one checkpoint"):
+        DiskMap(tmp_path, "cpu")  # the folder's *.safetensors
+    same = [tmp_path / "a.safetensors", str(tmp_path / "a.safetensors")]
+    assert list(DiskMap(same, "cpu")) == ["w"]  # one file named twice is not a conflict
+
+
+def test_lightning_checkpoint_reads_its_nested_state_dict(tmp_path) -> None:
+    """{"state_dict": {...}, "epoch": 3} used to give an empty map and no error."""
+    torch.save({"state_dict": TENSORS, "epoch": 3}, tmp_path / "model.ckpt")
+    assert_all_tensors(DiskMap(tmp_path / "model.ckpt", "cpu"))
+    torch.save({**TENSORS, "state_dict": {"x": torch.ones(1)}}, tmp_path / "top.pt")
+    assert_all_tensors(DiskMap(tmp_path / "top.pt", "cpu"))  # top-level tensors come first
+
+
+def test_a_torch_file_without_tensors_is_an_error(tmp_path) -> None:
+    torch.save({"epoch": 3, "model": {"inner": {"w": torch.ones(1)}}}, tmp_path / "x.ckpt")
+    with pytest.raises(DiskMapError, match=r"x\.ckpt holds no tensors .*\['epoch', 'model'\]"):
+        DiskMap(tmp_path / "x.ckpt", "cpu")
+
+
+def test_equality_is_identity_and_reads_nothing(single) -> None:
+    """Mapping's `==` compared tensor values: 'Boolean value of Tensor ... is ambiguous'."""
+    disk_map = DiskMap(single, "cpu")
+    assert disk_map == disk_map and disk_map != DiskMap(single, "cpu") and disk_map != {}
+    assert disk_map.materialized_elements == 0 and {disk_map: 1}[disk_map] == 1

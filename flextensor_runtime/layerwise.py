@@ -193,6 +193,21 @@ def _move_resident(model: nn.Module, layers: list[nn.Module], device: torch.devi
                 module._parameters[key] = moved[id(param)]
 
 
+def _check_no_profile(model: nn.Module) -> None:
+    """An offload profile's traps already stream these weights: layer-wise hooks on top would
+    rebind parameters the traps manage (the reverse of `offload_from_profile`'s check)."""
+    from flextensor_runtime.deploy import _HANDLE_ATTR as PROFILE_MARK  # deploy imports us
+
+    for name, module in model.named_modules():
+        if PROFILE_MARK in module.__dict__:
+            where = f"its submodule {name!r}" if name else "it"
+            raise ConfigError(
+                f"this {type(model).__name__} cannot take layer-wise offload: {where} has an "
+                "offload profile installed by offload_from_profile; call handle(model).remove() "
+                "first, or keep the profile alone"
+            )
+
+
 def _check_unshared(layers: list[nn.Module]) -> None:
     owner: dict[int, int] = {}
     for index, layer in enumerate(layers):
@@ -216,6 +231,7 @@ def enable_layerwise_offload_on(
     existing = model.__dict__.get(_HANDLE_ATTR)
     if existing is not None:
         return LayerwiseOffloadHandle(True, existing.layer_count, reason="already enabled")
+    _check_no_profile(model)
     if layers is None:
         return LayerwiseOffloadHandle(
             False, 0, reason="no ModuleList found: pass layer_container= naming the layer stack"
@@ -250,6 +266,7 @@ def enable_layerwise_cpu_offload(
     machines without CUDA or for a non-CUDA `device`.
     """
     _find_layers(model, layer_container)  # a bad argument fails on any machine
+    _check_no_profile(model)  # so does a model that already has an offload profile
     for flag, value in (("pin_memory", pin_memory), ("reuse_buffers", reuse_buffers)):
         if not isinstance(value, bool):
             raise ConfigError(f"{flag}={value!r} is invalid; pass True or False")

@@ -3,7 +3,8 @@
 Owns: the two contexts that redirect newly registered parameters (and optionally buffers) to one
 device (a parameter registered twice, or already there, stays one object: ties made in
 `__init__` hold), and that skip `torch.nn.init` initialisers; every global hook is restored in
-`finally`.
+`finally`. Nested contexts: the innermost one decides where parameters (and, with
+`include_buffers`, new tensors) go; the enclosing one applies again once it exits.
 The contexts patch process-wide state and must not overlap across threads.
 Must not know: checkpoints, wrappers, profiles.
 """
@@ -11,8 +12,9 @@ Must not know: checkpoints, wrappers, profiles.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,6 +30,45 @@ _INIT_FUNCTIONS = (
     "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
     "sparse_",
 )  # fmt: skip
+
+
+_SCOPE_ATTR = "_flextensor_init_scope"  # set on our patched register_parameter
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What an open `init_weights_on_device` block tells a block nested inside it."""
+
+    # register_parameter as it was before the outermost of our blocks patched it
+    register_parameter: Callable[..., None]
+    # the default device before the blocks redirected new tensors (include_buffers=True);
+    # None when the block leaves new tensors where they would go anyway
+    host_device: torch.device | None
+
+
+def _enclosing_scope() -> _Scope | None:
+    scope = getattr(nn.Module.register_parameter, _SCOPE_ATTR, None)
+    return scope if isinstance(scope, _Scope) else None
+
+
+def _default_device() -> torch.device:
+    return torch.empty(0).device  # honours `with torch.device(...)` on every torch >= 2.1
+
+
+def _tensor_device(
+    stack: ExitStack, device: torch.device, include_buffers: bool, enclosing: _Scope | None
+) -> torch.device | None:
+    """Enter the default-device context this block needs; return the device it replaced
+    when it redirects new tensors. An inner block without `include_buffers` inside one with
+    it puts the default back, so its parameters are not first created on the outer device."""
+    outer_host = None if enclosing is None else enclosing.host_device
+    if include_buffers:
+        host = _default_device() if outer_host is None else outer_host
+        stack.enter_context(device)
+        return host
+    if outer_host is not None:
+        stack.enter_context(outer_host)
+    return None
 
 
 def _on(param: nn.Parameter, device: torch.device) -> bool:
@@ -61,6 +102,8 @@ def init_weights_on_device(
     that skips their storage and the initialisers that run on them afterwards). With
     `include_buffers=True` tensors created inside the block are also created on `device`
     directly, so buffers land there and nothing is allocated elsewhere.
+    Inside another such block (or `skip_model_initialization`) this block's device and
+    `include_buffers` apply until it exits; then the enclosing block's apply again.
     """
     try:
         device = torch.device(device)
@@ -74,7 +117,12 @@ def init_weights_on_device(
         raise ConfigError(
             f"init_weights_on_device got include_buffers={include_buffers!r}; pass True or False"
         )
+    enclosing = _enclosing_scope()
+    # an enclosing block's patch is bypassed, not chained: it would move the parameter to its
+    # own device first (a copy, or a meta tensor that cannot be copied back)
     register_parameter = nn.Module.register_parameter
+    if enclosing is not None:
+        register_parameter = enclosing.register_parameter
     # id(original) -> (weak ref to it, its moved parameter): registering one parameter twice
     # (a tie) registers one moved object, without keeping the host originals alive
     moved: dict[int, tuple[weakref.ref[nn.Parameter], nn.Parameter]] = {}
@@ -89,9 +137,9 @@ def init_weights_on_device(
         module._parameters[name] = seen[1]
 
     with ExitStack() as stack:
+        host = _tensor_device(stack, device, include_buffers, enclosing)
+        setattr(register_on_device, _SCOPE_ATTR, _Scope(register_parameter, host))
         stack.enter_context(_patched(nn.Module, "register_parameter", register_on_device))
-        if include_buffers:
-            stack.enter_context(device)
         yield
 
 

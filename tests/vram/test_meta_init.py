@@ -103,3 +103,38 @@ def test_bad_device_is_a_config_error_and_patches_nothing() -> None:
     with pytest.raises(ConfigError, match="device='gpux', which is not a torch device"):
         block.__enter__()
     assert nn.Linear(2, 2).weight.device.type == "cpu"
+
+
+def test_the_innermost_block_decides_and_the_outer_one_applies_again() -> None:
+    """An inner block used to chain to the outer block's patch, which moved every parameter to
+    the outer device: `init_weights_on_device("cpu")` inside the meta default gave meta."""
+    register = nn.Module.register_parameter
+    with init_weights_on_device():
+        with init_weights_on_device("cpu"):
+            inner = nn.Linear(2, 2)
+        with skip_model_initialization("cpu"):
+            skipped = nn.Linear(2, 2)
+        after = nn.Linear(2, 2)
+    assert inner.weight.device.type == "cpu" and torch.isfinite(inner.weight).all()
+    assert skipped.weight.device.type == "cpu" and after.weight.device.type == "meta"
+    with init_weights_on_device("cpu"), init_weights_on_device("meta"):
+        assert nn.Linear(2, 2).weight.device.type == "meta"
+    assert nn.Module.register_parameter is register
+
+
+def test_nested_blocks_with_and_without_include_buffers() -> None:
+    """An inner block without include_buffers inside one with it puts the default device
+    back: its parameters are made on the host, not made on meta and then uncopyable."""
+    with init_weights_on_device("meta", include_buffers=True):
+        with init_weights_on_device("cpu"):
+            inner = WithBuffer()
+            with init_weights_on_device("meta", include_buffers=True):
+                deepest = WithBuffer()
+                with init_weights_on_device("cpu"):
+                    assert torch.zeros(1).device.type == "cpu"
+        outer = WithBuffer()
+    assert inner.linear.weight.device.type == "cpu" and inner.table.device.type == "cpu"
+    assert torch.equal(inner.table, torch.arange(4.0))
+    assert deepest.linear.weight.device.type == "meta" and deepest.table.device.type == "meta"
+    assert outer.linear.weight.device.type == "meta" and outer.table.device.type == "meta"
+    assert torch.zeros(1).device.type == "cpu"

@@ -238,6 +238,19 @@ def enable_layerwise_offload_on(
         )
     if reuse_buffers:
         _check_unshared(layers)
+    with torch.inference_mode(False):  # masters, resident copies and slots stay normal tensors
+        return _install(model, layers, backend, pin_memory, reuse_buffers)
+
+
+def _install(
+    model: nn.Module,
+    layers: list[nn.Module],
+    backend: CopyBackend,
+    pin_memory: bool,
+    reuse_buffers: bool,
+) -> LayerwiseOffloadHandle:
+    """Move the rest of the model to the device, make the layers' host masters, install the
+    hooks and prefetch layer 0."""
     _move_resident(model, layers, backend.device)
     window = LayerWindow(layers, backend, pin_memory, reuse_buffers)
     handle = LayerwiseOffloadHandle(True, len(layers))

@@ -32,7 +32,13 @@ class CopyBackend(Protocol):
 
     def is_pageable(self, tensor: torch.Tensor) -> bool: ...
 
-    def empty_like(self, tensor: torch.Tensor) -> torch.Tensor: ...
+    def empty_like(self, tensor: torch.Tensor) -> torch.Tensor:
+        """An uninitialised device tensor shaped like `tensor`, and a normal tensor even under
+        `torch.inference_mode()`: the copy into it may run on another thread (outside inference
+        mode), and a copy prefetched during one request may serve the next, under `no_grad` or
+        with autograd (inference tensors can be neither written outside inference mode nor
+        saved for backward)."""
+        ...
 
     def compute_done(self) -> CopyTicket: ...
 
@@ -71,7 +77,8 @@ class ThreadCopyBackend:
         return False
 
     def empty_like(self, tensor: torch.Tensor) -> torch.Tensor:
-        return torch.empty_like(tensor, device=self.device)
+        with torch.inference_mode(False):  # see CopyBackend.empty_like
+            return torch.empty_like(tensor, device=self.device)
 
     def compute_done(self) -> CopyTicket:
         return _Done()  # CPU compute has finished when the call returns
@@ -117,7 +124,7 @@ class CudaCopyBackend:
         return not tensor.is_pinned()
 
     def empty_like(self, tensor: torch.Tensor) -> torch.Tensor:
-        with torch.cuda.stream(self._stream):
+        with torch.cuda.stream(self._stream), torch.inference_mode(False):  # normal tensors
             return torch.empty_like(tensor, device=self.device)
 
     def compute_done(self) -> CopyTicket:

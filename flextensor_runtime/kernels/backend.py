@@ -59,29 +59,31 @@ def _needs_grad(tensors: tuple[torch.Tensor, ...]) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _check_forced(op: str, tensors: tuple[torch.Tensor, ...]) -> None:
+def _check_forced(op: str, tensors: tuple[torch.Tensor, ...], fallback: str) -> None:
+    """Raise BackendUnavailableError unless forced Triton can run; `fallback` is the
+    argument that selects the reference instead (it differs between kernels)."""
     if not triton_installed():
         raise BackendUnavailableError(
             f"{op}: backend 'triton' requested but triton is not installed; "
-            "install it with `pip install 'flextensor-compiler[kernels]'` or use backend='torch'"
+            f"install it with `pip install 'flextensor-compiler[kernels]'` or use {fallback}"
         )
     if not _devices_usable(tensors):
         devices = sorted({str(t.device) for t in tensors})
         raise BackendUnavailableError(
             f"{op}: Triton kernels need all tensors on one CUDA device, got {devices}; move them "
             "to CUDA, set TRITON_INTERPRET=1 before importing triton to run on CPU, "
-            "or use backend='torch'"
+            f"or use {fallback}"
         )
     unsupported = _unsupported_dtypes(tensors)
     if unsupported:
         raise BackendUnavailableError(
             f"{op}: the Triton kernels support float32, bfloat16 and float16, got {unsupported}; "
-            "cast the inputs or use backend='torch'"
+            f"cast the inputs or use {fallback}"
         )
     if _needs_grad(tensors):
         raise BackendUnavailableError(
             f"{op}: the Triton kernel is forward-only but an input requires grad; "
-            "call it under torch.no_grad() or use backend='torch'"
+            f"call it under torch.no_grad() or use {fallback}"
         )
 
 
@@ -95,13 +97,16 @@ def check_one_device(op: str, *tensors: torch.Tensor) -> None:
         )
 
 
-def resolve_backend(op: str, backend: str | None, *tensors: torch.Tensor) -> Backend:
+def resolve_backend(
+    op: str, backend: str | None, *tensors: torch.Tensor, fallback: str = "backend='torch'"
+) -> Backend:
     """Pick the backend for one call.
 
     None: Triton when installed, every tensor is on one CUDA device, every floating dtype is in
     TRITON_DTYPES and no gradient is needed, else torch.
     "torch" / "triton": forced; a forced Triton that cannot run raises BackendUnavailableError.
-    Tensors on different devices are a ConfigError whatever the backend.
+    Tensors on different devices are a ConfigError whatever the backend. `fallback` is how the
+    errors tell the caller to choose the reference instead (the caller's own argument).
     """
     check_one_device(op, *tensors)
     if backend is None:
@@ -115,7 +120,7 @@ def resolve_backend(op: str, backend: str | None, *tensors: torch.Tensor) -> Bac
     if backend not in _BACKENDS:
         raise ConfigError(f"{op}: unknown backend {backend!r}; use None, 'torch' or 'triton'")
     if backend == "triton":
-        _check_forced(op, tensors)
+        _check_forced(op, tensors, fallback)
     return "triton" if backend == "triton" else "torch"
 
 
@@ -125,4 +130,5 @@ def resolve_allow_triton(op: str, allow_triton: bool | None, *tensors: torch.Ten
         return resolve_backend(op, None, *tensors)
     if not isinstance(allow_triton, bool):
         raise ConfigError(f"{op}: allow_triton must be None, True or False, got {allow_triton!r}")
-    return resolve_backend(op, "triton" if allow_triton else "torch", *tensors)
+    forced: Backend = "triton" if allow_triton else "torch"
+    return resolve_backend(op, forced, *tensors, fallback="allow_triton=False")

@@ -11,8 +11,9 @@ Must not know: Triton (the kernel module is imported only when the Triton path r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -149,12 +150,26 @@ def routed_swiglu_moe_pytorch(
     return out.to(hidden_states.dtype).reshape(hidden_states.shape)
 
 
+def _check_workspace_entries(buffers: Mapping[Any, object]) -> None:
+    """Every entry must be a str name and a tensor: the Triton path reads tensor fields of
+    the buffers it finds (an AttributeError deep inside it otherwise)."""
+    for key, value in buffers.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise ConfigError(
+                f"routed_swiglu_moe: workspace entry {key!r} holds {type(value).__name__}, not a "
+                "torch.Tensor under a str name; pass an empty dict {} and let the kernel fill "
+                "it, or remove the entry"
+            )
+
+
 def _check_workspace(workspace: object) -> None:
     if workspace is not None and not isinstance(workspace, dict) and not callable(workspace):
         raise ConfigError(
             f"routed_swiglu_moe: workspace must be a dict, a callable returning one, or None; "
             f"got {type(workspace).__name__}; pass {{}} once and reuse it"
         )
+    if isinstance(workspace, dict):
+        _check_workspace_entries(workspace)
 
 
 def _workspace_dict(workspace: Workspace | None) -> dict[str, torch.Tensor]:
@@ -167,6 +182,7 @@ def _workspace_dict(workspace: Workspace | None) -> dict[str, torch.Tensor]:
             f"routed_swiglu_moe: the workspace factory returned {type(buffers).__name__}, "
             "not a dict; return the same dict on every call"
         )
+    _check_workspace_entries(buffers)
     return buffers
 
 

@@ -11,6 +11,7 @@ beyond the trap modules' `training` flag.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,11 @@ class Runtime:
         self.index = {name: i for i, name in enumerate(self.trap_names)}
         self.calls = [1] * len(trap_names)  # planned calls per iteration (`Trap.calls`)
         self._calls_seen = [0] * len(trap_names)
+        # held from a trap's entry to its exit (re-entrant: nested and gap traps): the schedule
+        # state is one thread's at a time, so another thread's trap is refused, never interleaved
+        self._owner = threading.RLock()
+        self._depth = 0  # traps the owning thread is inside
+        self._inside = -1  # the outermost of them
 
     def set_tables(self, tables: Tables) -> None:
         """Swap in a rebuilt schedule over the same transfers (strategy replan)."""
@@ -92,9 +98,8 @@ class Runtime:
                         f"trap {self.trap_names[plan.transfer.trap]!r} needs bytes of block "
                         f"{plan.transfer.block} that running trap "
                         f"{self.trap_names[self.tables.transfers[u].transfer.trap]!r} still reads "
-                        "(nested traps sharing a block, or another thread in a forward: an "
-                        "offloaded model runs one forward at a time); call the model from one "
-                        "thread (or hold a lock around each call), else recompile the profile"
+                        "(this forward nests traps in an order the profile did not record); "
+                        "recompile the profile with a forward that takes this path"
                     )
                 return False
         for u in conflicts:
@@ -139,6 +144,27 @@ class Runtime:
             )
 
     def enter(self, i: int) -> None:
+        if not self._owner.acquire(blocking=False):
+            self._refuse_thread(i)
+        self._depth += 1
+        if self._depth == 1:
+            self._inside = i
+        try:
+            self._enter(i)
+        except BaseException:
+            self._depth -= 1
+            self._owner.release()
+            raise
+
+    def _refuse_thread(self, i: int) -> None:
+        raise InstallError(
+            f"trap {self.trap_names[i]!r} was called from another thread while trap "
+            f"{self.trap_names[self._inside]!r} runs: an offloaded model runs one forward at a time (its traps share memory blocks "
+            "and one schedule state); call the model from one thread, or hold a lock around "
+            "each call"
+        )
+
+    def _enter(self, i: int) -> None:
         start = time.perf_counter_ns()
         self._guard(i)
         log, tables, active = self.log, self.tables, self.active
@@ -177,6 +203,13 @@ class Runtime:
                 self._bind(k)
 
     def exit(self, i: int) -> None:
+        try:
+            self._exit(i)
+        finally:
+            self._depth -= 1
+            self._owner.release()
+
+    def _exit(self, i: int) -> None:
         log, tables = self.log, self.tables
         if self.timing is not None:
             self.backend.synchronize()

@@ -15,15 +15,15 @@ import torch
 from torch import nn
 
 from flextensor_runtime.errors import ConfigError
-from flextensor_runtime.vram.autotorch import AutoTorchModule
+from flextensor_runtime.vram.autotorch import STATE_OFFLOADED, AutoTorchModule
 from flextensor_runtime.vram.fp8 import is_float8
-from flextensor_runtime.vram.placement import DeviceLike, Placement
+from flextensor_runtime.vram.placement import DISK, DeviceLike, Placement
 from flextensor_runtime.vram.tensor_slots import (
     managed_parameters,
     replace_parameters,
     swapped_parameters,
 )
-from flextensor_runtime.vram.wrapper_init import check_options, initial_placement
+from flextensor_runtime.vram.wrapper_init import check_checkpoint, check_options, initial_placement
 
 __all__ = ["AutoWrappedModule", "AutoWrappedNonRecurseModule"]
 
@@ -126,10 +126,44 @@ class AutoWrappedModule(AutoTorchModule):
         return self.module
 
     def offload_to_disk(self, model: nn.Module) -> None:
-        """Replace disk-backed parameters of `model` with meta placeholders, retaining buffers."""
+        """Replace disk-backed parameters of `model` with meta placeholders, retaining buffers.
+
+        For the stored module (`self.module`, or the wrapper itself) this is a transition: the
+        weights go to the disk tier, `stored` becomes it and `state` 0, so the next forward or
+        transition reads them back through `disk_map`. It is refused, before anything changes,
+        when they could not be read back (no `disk_map`, or one without these tensors). Any
+        other module (a clone from `computation()` or `load_from_disk(copy_module=True)`) only
+        has its parameters replaced; the wrapper is untouched.
+        """
+        if model is self or model is self.module:
+            self._drop_to_disk()
+            return
         params = managed_parameters(model, self._recurse_params)
+        stored = {id(p) for p in self._managed().values()}
+        if any(id(p) in stored for p in params.values()):
+            raise ConfigError(
+                f"offload_to_disk: {type(model).__name__} shares weights with the stored module "
+                f"of {self.name or type(self).__name__!r} but is not that module, so only part of "
+                "them would be dropped; pass the wrapper's module (wrapper.module) or a clone"
+            )
         meta = {n: torch.empty_like(p, device="meta") for n, p in params.items()}
         replace_parameters(model, meta, self._recurse_params)
+
+    def _drop_to_disk(self) -> None:
+        """Move the stored weights to the disk tier (a disk stage's placement, if one is)."""
+        managed = self._managed()
+        if not managed:
+            return  # nothing to drop: the placement never changes
+        if not callable(getattr(self.disk_map, "load", None)):
+            raise ConfigError(
+                f"offload_to_disk: module {self.name!r} has no disk_map, so its weights could "
+                "never be read back; pass disk_map=DiskMap(checkpoint, device) to the wrapper "
+                "(or enable_vram_management), or use offload()"
+            )
+        check_checkpoint(managed, self.disk_map, self.name)
+        stages = (self.stages.offload, self.stages.onload, self.stages.preparing)
+        self._move_stored(next((s for s in stages if s.on_disk), Placement(None, DISK)))
+        self.state = STATE_OFFLOADED
 
     def cast_to(self, weight: Any, dtype: torch.dtype | None, device: DeviceLike) -> Any:
         """A tensor: copy it. A module: a clone at `dtype`/`device`; the stored one is untouched."""

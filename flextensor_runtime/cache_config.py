@@ -234,17 +234,30 @@ def parse_cache_spec(spec: str) -> dict[str, Any]:
     """Parse `POLICY[:KEY=VALUE[;KEY=VALUE...]]` into section data (see `parse_cache_section`).
 
     Keys are the policy's fields (dashes allowed for underscores), `module`, and `skip` for
-    `skip_steps`; skip values are lists like `1,3`, ranges `2-10` and strided ranges `2-18/2`.
+    `skip_steps`; each key is given once (`skip` and `skip_steps` are one key). Skip values are
+    lists like `1,3`, ranges `2-10` and strided ranges `2-18/2`.
     Example: "fixed-step:module=transformer;skip=2-18/2;dense_last=2".
     """
     policy, _, rest = spec.strip().partition(":")
     data: dict[str, Any] = {"policy": policy.strip()}
+    given: dict[str, str] = {}  # field name -> the item that set it
     for item in filter(None, (p.strip() for p in rest.split(";"))):
         key, eq, value = item.partition("=")
         name = key.strip().replace("-", "_")
         name = "skip_steps" if name == "skip" else name
         if not eq or not name:
             raise ConfigError(f"cache spec item {item!r} is invalid; write KEY=VALUE")
+        if name == "policy":
+            raise ConfigError(
+                f"cache spec item {item!r} is invalid; the policy goes before ':' "
+                f"(POLICY:KEY=VALUE;...), here {policy.strip()!r}"
+            )
+        if name in given:
+            raise ConfigError(
+                f"cache spec key {name!r} is given twice ({given[name]!r} and {item!r}); "
+                "give each key once"
+            )
+        given[name] = item
         data[name] = _spec_value(name, value.strip())
     parse_cache_section(data)  # fail here, with the spec's words, rather than later
     return data

@@ -8,6 +8,7 @@ Must not know: what the wrapped module computes (subclasses own forward), profil
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from flextensor_runtime.vram.placement import (
     resolve_stages,
 )
 from flextensor_runtime.vram.tensor_slots import managed_parameters, replace_parameters
+from flextensor_runtime.vram.tied_moves import MoveKey, moved_before, record_move
 
 __all__ = ["AutoTorchModule"]
 
@@ -154,18 +156,24 @@ class AutoTorchModule(nn.Module):
         """The dtype a managed tensor takes at `placement` (subclasses may exempt tensors)."""
         return placement.dtype
 
-    def _materialize(self, target: Placement) -> dict[str, torch.Tensor]:
-        """Managed tensors as new tensors at `target`; the stored ones are left untouched."""
+    def _materialize(
+        self, target: Placement, names: Collection[str] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Managed tensors (those in `names`, default all) as new tensors at `target`; the
+        stored ones are left untouched."""
         assert self.stored is not None and not target.on_disk
         device = target.torch_device()
         if self.stored.on_disk:
-            return self._load_disk(target)
+            return self._load_disk(target, names)
+        managed = self._managed()
         return {
-            n: self.cast_to(p.detach(), self._placement_dtype(n, target), device)
-            for n, p in self._managed().items()
+            n: self.cast_to(managed[n].detach(), self._placement_dtype(n, target), device)
+            for n in (managed if names is None else names)
         }
 
-    def _load_disk(self, target: Placement) -> dict[str, torch.Tensor]:
+    def _load_disk(
+        self, target: Placement, names: Collection[str] | None = None
+    ) -> dict[str, torch.Tensor]:
         if self.disk_map is None:
             raise VramManagementError(
                 f"module {self.name!r} is on the disk tier but has no disk_map: pass disk_map= "
@@ -174,7 +182,7 @@ class AutoTorchModule(nn.Module):
         device = target.torch_device()
         return {
             n: self.disk_map.load(self.param_name(n), self._placement_dtype(n, target), device)
-            for n in self._managed()
+            for n in (self._managed() if names is None else names)
         }
 
     def _move_stored(self, target: Placement) -> None:
@@ -184,19 +192,44 @@ class AutoTorchModule(nn.Module):
             if self._pin_host(target) and not all(p.is_pinned() for p in managed.values()):
                 # already on the host (a model built on the CPU) but pageable: pin it, or every
                 # per-call copy to the GPU is a synchronous one
-                pinned = {n: p.detach().pin_memory() for n, p in managed.items()}
-                replace_parameters(self._managed_root(), pinned, self._recurse_params)
+                self._replace_stored(target, lambda names: {n: managed[n] for n in names})
             return
         if self.stored is None and not self._managed():  # nothing to move (base: raises)
             return
         if target.on_disk:
-            new = {n: torch.empty_like(p, device="meta") for n, p in self._managed().items()}
+            managed = self._managed()
+            self._replace_stored(
+                target,
+                lambda names: {n: torch.empty_like(managed[n], device="meta") for n in names},
+            )
         else:
-            new = self._materialize(target)
-        if self._pin_host(target):
-            new = {n: t.pin_memory() for n, t in new.items()}
-        replace_parameters(self._managed_root(), new, self._recurse_params)
+            self._replace_stored(target, lambda names: self._materialize(target, names))
         self.stored = target
+
+    def _replace_stored(
+        self, target: Placement, make: Callable[[list[str]], dict[str, torch.Tensor]]
+    ) -> None:
+        """Replace the stored parameters with their versions at `target`, made by `make(names)`
+        (pinned where `_pin_host`); a parameter a tied wrapper already moved to the same
+        placement takes that wrapper's new parameter, so ties hold and nothing is copied twice."""
+        pin = self._pin_host(target)
+        managed = self._managed()
+        keys = {
+            n: MoveKey.of(p, self._placement_dtype(n, target), target.device, pin)
+            for n, p in managed.items()
+        }
+        new: dict[str, torch.Tensor] = {}
+        for name, param in managed.items():
+            shared = moved_before(param, keys[name])
+            if shared is not None:
+                new[name] = shared
+        for name, tensor in make([n for n in managed if n not in new]).items():
+            tensor = tensor.detach()
+            tensor = tensor.pin_memory() if pin and not tensor.is_pinned() else tensor
+            moved = nn.Parameter(tensor, requires_grad=False)
+            record_move(managed[name], keys[name], moved)
+            new[name] = moved
+        replace_parameters(self._managed_root(), new, self._recurse_params)
 
     def _pin_host(self, target: Placement) -> bool:
         """Host placements are pinned when computing on CUDA, so per-call copies are async."""

@@ -125,7 +125,7 @@ def _short_bytes(n: int) -> str:
 
 def _trap_table(doc: dict[str, Any]) -> Table:
     table = Table(
-        title="traps in execution order (ms: compute per call; block, prefetch: of the trap's "
+        title="traps in execution order (ms: compute per iteration, all calls; block, prefetch: of the trap's "
         "first copy, ×N when it has N; prefetch: the trap during which the copy is issued, ↺ in "
         "the previous iteration, ↓ at the trap's own entry; stall: predicted wait, ms)",
         title_justify="left",

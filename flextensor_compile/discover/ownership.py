@@ -2,6 +2,8 @@
 
 Owns the rules:
 - a trap owns every tensor under its module path (parameters, buffers, inner tensor fields);
+- a tied name no trap owns goes with its canonical tensor (the same object: a module repeated
+  at several paths is one trap at its first path, and reads are recorded per object);
 - a tensor no trap owns that exactly one trap reads (and nothing outside traps reads) moves with
   that trap (buffers only when a pattern names them); others stay untrapped, resident;
 - a tensor may stream only if its trap selected it (module-level: all parameters and inner
@@ -97,6 +99,8 @@ def _place(
     for e in entries:
         readers = reads.get(e.name, set())
         trap = _owner(e.name, module_traps)
+        if trap is None and e.tie is not None:  # a name no trap owns for a tensor one may own
+            trap = home.get(e.tie)  # (one module object at two paths: a trap at its first)
         if trap is None and len(readers) == 1 and None not in readers:
             (reader,) = readers
             if reader in traps and (e.kind != "buffer" or e.name in sel.buffers):

@@ -70,11 +70,18 @@ def drop_traps(events: list[Event], dropped: set[str]) -> list[Event]:
 
 
 def _insert_order(order: list[str], seq: list[str]) -> None:
-    prev: str | None = None
+    """Add the traps of `seq` not in `order` yet, each after the furthest known trap before it.
+
+    The cursor only moves forward: a trap called again later (a reused module) does not pull
+    the traps that follow it back to its first call's place.
+    """
+    cursor = -1
     for name in seq:
-        if name not in order:
-            order.insert(order.index(prev) + 1 if prev is not None else 0, name)
-        prev = name
+        if name in order:
+            cursor = max(cursor, order.index(name))
+        else:
+            cursor += 1
+            order.insert(cursor, name)
 
 
 def _gaps(tokens: list[str | None]) -> tuple[set[str], set[str]]:

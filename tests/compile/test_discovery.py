@@ -79,6 +79,31 @@ def test_repeated_modules():
     assert _tensors(d, "layers.2")["layers.2.fc1.weight"].offloadable
 
 
+class _Interleaved(torch.nn.Module):
+    """One layer object at places 0 and 2 of a list, called at each place: 0, 1, 0, 3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        shared = torch.nn.Linear(8, 8)
+        self.layers = torch.nn.ModuleList(
+            [shared, torch.nn.Linear(8, 8), shared, torch.nn.Linear(8, 8)]
+        )
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_layer_object_at_two_places_is_one_trap_in_call_order_not_a_split_tie():
+    d = _discover(_Interleaved(), (torch.randn(2, 8),))
+    assert d.plan.traps == ("layers.0", "layers.1", "layers.3")  # layers.3 after layers.1
+    assert d.report.repeated == {"layers.0": 2} and d.report.split_ties == ()
+    # the names through the second place are the first place's tensors: one trap holds them
+    assert {t.name for t in d.tensors["layers.0"]} >= {"layers.2.weight", "layers.2.bias"}
+    assert not _tensors(d, "layers.0")["layers.0.weight"].offloadable  # called again later
+
+
 def test_unused_module_reported_and_resident():
     d = _discover(models.Stack(), models.stack_inputs(), include=("layers.*", "unused"))
     assert d.report.unused == ("unused",)

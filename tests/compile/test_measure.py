@@ -41,6 +41,22 @@ def test_attribution_of_traps_gaps_and_back_to_back_calls():
     assert attribute(events + events, plan) == ms
 
 
+def test_a_module_called_again_later_keeps_the_traps_after_it_in_call_order():
+    # layers 0, 1, 0 (reused), 2: trap order follows first calls; a later iteration that adds
+    # a conditional trap after the reuse puts it after the furthest trap seen before it
+    def iteration(seq):
+        out, now = [_ev("begin", value=0)], 0.0
+        for name in seq:
+            out += [_ev("enter", name, now), _ev("exit", name, now + 1)]
+            now += 1
+        return [*out, _ev("end", value=now)]
+
+    plan = plan_slots(iteration(["l0", "l1", "l0", "l2"]), manual=set())
+    assert plan.order == ("l0", "l1", "l2") and plan.calls["l0"] == 2
+    both = iteration(["l0", "l1", "l0", "l2"]) + iteration(["l0", "l1", "l0", "x", "l2"])
+    assert plan_slots(both, manual=set()).order == ("l0", "l1", "x", "l2")
+
+
 def test_cpu_timing_is_a_median_per_slot_and_counts_forwards():
     model = models.Stack()
     inputs = normalize_inputs(models.stack_inputs())

@@ -38,6 +38,8 @@ def test_attribution_conserves_time_and_orders_every_trap(iterations):
     plan = plan_slots(events, manual=set())
     called = {t for it in iterations for t, _ in it if t is not None}
     assert set(plan.traps) == called
+    first_seen = list(dict.fromkeys(t for t, _ in iterations[0] if t is not None))
+    assert [t for t in plan.traps if t in first_seen] == first_seen  # first calls' order
     ms = attribute(events, plan)
     assert all(v >= 0 for v in ms.values())
     total = sum(ms_ for it in iterations for _, ms_ in it) / len(iterations)

@@ -16,10 +16,9 @@ from tests.runtime.models import block_names, tiny_lm
 from tests.runtime.plans import build_profile
 
 
-def test_a_forward_from_another_thread_during_a_forward_names_threads() -> None:
-    model, plain = tiny_lm(), tiny_lm()
-    ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(0))
-    deploy(model, build_profile(model, block_names(model), num_blocks=2))
+def _forward_with_another_inside(model, ids, block: int) -> tuple[torch.Tensor, list]:
+    """A forward during which another thread runs a whole forward while blocks.`block` runs;
+    returns this forward's output and what the other thread raised."""
     errors: list[BaseException] = []
 
     def other_thread() -> None:
@@ -29,15 +28,24 @@ def test_a_forward_from_another_thread_during_a_forward_names_threads() -> None:
         except BaseException as exc:
             errors.append(exc)
 
-    def inside_blocks_2(_module, _args) -> None:  # another thread's forward while blocks.2 runs
+    def inside(_module, _args) -> None:
         thread = threading.Thread(target=other_thread)
         thread.start()
         thread.join()
 
-    hook = model.blocks[2].down.register_forward_pre_hook(inside_blocks_2)
-    with torch.no_grad():
-        model(ids)
-    hook.remove()
+    hook = model.blocks[block].down.register_forward_pre_hook(inside)
+    try:
+        with torch.no_grad():
+            return model(ids), errors
+    finally:
+        hook.remove()
+
+
+def test_a_forward_from_another_thread_during_a_forward_names_threads() -> None:
+    model, plain = tiny_lm(), tiny_lm()
+    ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(0))
+    deploy(model, build_profile(model, block_names(model), num_blocks=2))
+    _, errors = _forward_with_another_inside(model, ids, 2)
     assert len(errors) == 1 and isinstance(errors[0], InstallError)
     message = str(errors[0])
     assert "called from another thread while trap 'blocks.2' runs" in message
@@ -53,24 +61,7 @@ def test_another_threads_forward_is_refused_inside_a_trap_that_streams_nothing()
     ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(0))
     streamed = [n for n in block_names(model) if n != "blocks.1"]
     deploy(model, build_profile(model, block_names(model), streamed=streamed, num_blocks=2))
-    errors: list[BaseException] = []
-
-    def other_thread() -> None:
-        try:
-            with torch.no_grad():
-                model(ids)
-        except BaseException as exc:
-            errors.append(exc)
-
-    def inside_blocks_1(_module, _args) -> None:
-        thread = threading.Thread(target=other_thread)
-        thread.start()
-        thread.join()
-
-    hook = model.blocks[1].down.register_forward_pre_hook(inside_blocks_1)
-    with torch.no_grad():
-        out = model(ids)
-    hook.remove()
+    out, errors = _forward_with_another_inside(model, ids, 1)
     assert len(errors) == 1 and isinstance(errors[0], InstallError)
     assert "while trap 'blocks.1' runs" in str(errors[0])
     with torch.no_grad():

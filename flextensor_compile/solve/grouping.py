@@ -29,7 +29,7 @@ from flextensor_compile.solve.plan import (
     plan_of_transfers,
 )
 from flextensor_compile.solve.problem import TINY_RATIO, Problem, TrapSpec
-from flextensor_runtime.errors import BudgetError, ConfigError
+from flextensor_runtime.errors import ConfigError
 
 __all__ = [
     "LEVELS",
@@ -202,7 +202,7 @@ def issued_early(problem: Problem, plan: Plan, cache: PlanCache) -> Plan:
 
 def grouped_plans(
     problem: Problem,
-    solve_merged: Callable[[Problem], Plan],
+    solve_merged: Callable[[Problem], Plan | None],
     layouts: tuple[tuple[int, str, int], ...],
     cache: PlanCache,
 ) -> Iterator[Plan]:
@@ -218,9 +218,8 @@ def grouped_plans(
         if groups is None or groups in seen:
             continue
         seen.add(groups)
-        try:
-            coarse = solve_merged(merged_problem(problem, groups))
-        except BudgetError:
+        coarse = solve_merged(merged_problem(problem, groups))
+        if coarse is None:
             continue
         selection = lift(problem, groups, coarse.selection)
         plans = [build_plan(problem, selection, blocks, coarse.strategy, order, cache=cache)

@@ -16,11 +16,11 @@ from operator import itemgetter
 
 from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.families import Context
-from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, pick_of
+from flextensor_compile.solve.plan import RING, Pick, pick_memory
 from flextensor_compile.solve.problem import Problem
 from flextensor_runtime.errors import BudgetError
 
-__all__ = ["BISECT_STEPS", "budget_error", "fit_level", "peak_of", "smallest_memory"]
+__all__ = ["BISECT_STEPS", "budget_error", "fit_level", "least_budget", "peak_of"]
 
 BISECT_STEPS = 8
 _PROBES = 6  # levels tried below a top level that cannot be scheduled (down to hi / 4096)
@@ -172,43 +172,42 @@ def _mix(
     return best
 
 
-def smallest_memory(
-    problem: Problem, layouts: tuple[tuple[int, str], ...], every_other: Selection
-) -> int | None:
-    """The least peak of our plans: everything streams, or (one block) every other trap, or
-    nothing does (in a small model block alignment can cost more than streaming saves); a
-    block layout counts only where its assignment uses the blocks `min_blocks` asks for (as
-    for any plan), so the budget this reports is one a plan can have."""
-    full = tuple(tuple(range(len(t.items))) for t in problem.traps)
-    found = [problem.total_bytes + problem.reserve_bytes] if problem.min_blocks <= 1 else []
-    for sel in (full, every_other):
-        pick = pick_of(problem, sel)
-        for k, order in layouts:
-            mem = _least_peak(problem, pick, k, order)
-            if mem is not None:
-                found.append(mem)
-    return min(found, default=None)
-
-
-def _least_peak(problem: Problem, pick: Pick, num_blocks: int, order: str) -> int | None:
-    if order == RING:
-        return pick_memory(problem, pick, num_blocks, order)
-    traps = tuple(o for o, s in enumerate(pick.slot_bytes) if s)
-    sizes = tuple(pick.slot_bytes[o] for o in traps)
-    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order, problem.min_blocks)
-    if a is None or len(a.block_bytes) < min(problem.min_blocks, len(traps)):
+def least_budget(problem: Problem, peak_at: Callable[[int], int | None]) -> int | None:
+    """The smallest budget at which a solve finds a plan: a bisection over budgets with real
+    solves (`peak_at(budget)`: the plan's peak, None when none fits), between a budget known
+    to fail (the bytes that cannot stream plus the reserve, less one) and one known to hold
+    (every weight resident); each budget that holds lowers the top to its plan's peak when a
+    solve there holds too. The answer is a budget a plan was found at; None without a budget
+    that holds (a solver that never fits)."""
+    reserve = problem.reserve_bytes
+    lo = max(0, problem.total_bytes - problem.streamable_bytes + reserve - 1)
+    hi = problem.total_bytes + reserve  # all resident: `solve` falls back to it there
+    if peak_at(hi) is None:
         return None
-    resident = problem.total_bytes - pick.streamed_bytes
-    return resident + sum(a.block_bytes) + problem.reserve_bytes
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        peak = peak_at(mid)
+        if peak is None:
+            lo = mid
+            continue
+        hi = mid
+        if lo < peak < mid and peak_at(peak) is not None:
+            hi = peak  # plans peak at few distinct values: jump to this one
+    return hi
 
 
 def budget_error(problem: Problem, strategy: str, default: str,
-                 layouts: tuple[tuple[int, str], ...], selection: Selection) -> BudgetError:  # fmt: skip
-    """The error when no `strategy` plan fits: the smallest feasible budget (`smallest_memory`
-    over `layouts`, `selection` as the fallback), and what to raise or lower to reach it."""
-    least = smallest_memory(problem, layouts, selection)
-    hint = f"at least {least} bytes" if least is not None else "more memory"
-    also = "" if strategy == default else f" with --strategy {default}"
+                 least_of: Callable[[str], int | None]) -> BudgetError:  # fmt: skip
+    """The error when no `strategy` plan fits: the smallest budget a `strategy` plan fits
+    (`least_of(strategy)`, `least_budget` of its solves), the default strategy's when it is
+    smaller, and what to raise or lower to reach it."""
+    least = least_of(strategy)
+    hint = f"{least} bytes" if least is not None else "more memory"
+    also = ""
+    if strategy != default:
+        other = least_of(default)
+        if other is not None and (least is None or other < least):
+            also = f", or use --strategy {default} (its plans fit from {other} bytes)"
     if problem.min_blocks > 1:
         also += f", or lower --min-blocks (now {problem.min_blocks}): fewer blocks need less memory"
     if problem.reserve_bytes:
@@ -240,7 +239,7 @@ def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:
     """What to raise: the --mem-fraction the smallest budget needs, when the budget was one."""
     device = problem.fraction_of_bytes
     if device is None or least is None:
-        return "raise --budget or --mem-fraction" if least is None else f"raise --budget to {hint}"
+        return "raise --budget or --mem-fraction" if least is None else f"raise --budget to at least {hint}"
     fraction = math.ceil(least / device * 100) / 100
     while int(fraction * device) < least:  # the budget is int(fraction * device): round up
         fraction += 0.01

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from functools import partial
 
 from flextensor_compile.solve.assign import orders_for
@@ -44,7 +45,7 @@ from flextensor_compile.solve.plan import (
     ring_candidate,
 )
 from flextensor_compile.solve.problem import Problem
-from flextensor_compile.solve.search import budget_error, fit_level, peak_of
+from flextensor_compile.solve.search import budget_error, fit_level, least_budget, peak_of
 from flextensor_runtime.errors import ConfigError
 
 __all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve"]
@@ -364,7 +365,20 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     """The best plan `strategy` finds; `BudgetError` (with the smallest feasible budget) if none
     fits in memory mode. `adaptive` also lifts the plan of the traps merged by parent module
     (`grouping`) back onto the traps."""
-    return _solve(problem, strategy, grouped=True)
+    plan = _solve(problem, strategy, grouped=True)
+    if plan is None:
+        raise budget_error(problem, strategy, DEFAULT_STRATEGY, partial(_least_budget, problem))
+    return plan
+
+
+def _least_budget(problem: Problem, strategy: str) -> int | None:
+    """The smallest budget a `strategy` plan fits (`search.least_budget` of its solves)."""
+
+    def peak_at(budget: int) -> int | None:
+        plan = _solve(replace(problem, budget_bytes=budget), strategy, grouped=True)
+        return None if plan is None else plan.peak_bytes
+
+    return least_budget(problem, peak_at)
 
 
 def _best(plans: Iterable[Ranked], best: Ranked | None = None) -> Ranked | None:
@@ -381,7 +395,8 @@ def _grouping_may_gain(ctx: Context, best: Ranked | None) -> bool:
     return gap or _copies_dominate(ctx)
 
 
-def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan:
+def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan | None:
+    """The best plan, None when none fits the budget."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     ctx = make_context(problem)
@@ -394,7 +409,6 @@ def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan:
         # all resident works in latency mode, and where the budget holds every weight (with the
         # ring assignment and nothing to stream, no layout makes a plan)
         best = build_plan(problem, tuple(() for _ in problem.traps), 1, strategy, "strict")
-    if best is not None:
-        return best.plan() if isinstance(best, RingCandidate) else best
-    pairs = tuple(lay[:2] for lay in layouts(problem))
-    raise budget_error(problem, strategy, DEFAULT_STRATEGY, pairs, nth_selection(problem, 2))
+    if best is None:
+        return None
+    return best.plan() if isinstance(best, RingCandidate) else best

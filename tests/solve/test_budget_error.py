@@ -1,19 +1,21 @@
 """BudgetError says a smallest feasible budget only when it is one: above the budget that
-failed, and honouring `min_blocks`; when it cannot, it says what else to change."""
+failed, honouring `min_blocks`, and exact (a byte less has no plan); when it cannot, it says
+what else to change."""
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flextensor_compile.solve import ASSIGNMENTS, problem_from_stats, solve
-from flextensor_compile.stats import load_stats
+from flextensor_compile.stats import Stats, TensorStat, TrapStat, load_stats
 from flextensor_runtime.errors import BudgetError
-from flextensor_runtime.profile import PlanConfig
+from flextensor_runtime.profile import DeviceSpec, PlanConfig
 from tests.solve.instances import random_stats, total_bytes
 
 EXAMPLES = int(os.environ.get("FLEXTENSOR_SOLVER_EXAMPLES", "60"))
@@ -23,7 +25,7 @@ STATS = os.path.join(
 
 
 def _claimed(message: str) -> int | None:
-    found = re.search(r"smallest feasible budget is at least (\d+) bytes", message)
+    found = re.search(r"smallest feasible budget is (\d+) bytes", message)
     return int(found.group(1)) if found else None
 
 
@@ -74,11 +76,51 @@ def test_the_claimed_smallest_budget_is_never_above_keeping_everything_resident(
         solve(problem_from_stats(stats, PlanConfig(budget_bytes=least)))  # raises if it is not
 
 
+def _odd_ring(traps: int) -> Stats:
+    """`traps` traps of one 1 MiB tensor each: with two blocks an odd count cannot all stream
+    (the last trap and the first of the next iteration would share a block)."""
+    mib = 1 << 20
+    device = DeviceSpec("dev", 1 << 34, 25e9, h2d_latency_ms=0.008)
+    return Stats("odd", device, tuple(
+        TrapStat(f"layers.{i}", 1.0, (TensorStat(f"layers.{i}.w", mib, "float32", (mib // 4,)),))
+        for i in range(traps)))  # fmt: skip
+
+
+@pytest.mark.parametrize("traps", [7, 11, 12])
+def test_two_blocks_and_an_odd_trap_count_claim_the_budget_a_plan_has(traps: int) -> None:
+    """All but one trap stream through two 1 MiB blocks: 3 MiB (not the 6-8 MiB of streaming
+    every other trap)."""
+    config = PlanConfig(budget_bytes=1, num_blocks=2, min_blocks=2)
+    with pytest.raises(BudgetError) as info:
+        solve(problem_from_stats(_odd_ring(traps), config))
+    least = (2 if traps % 2 == 0 else 3) << 20
+    assert info.value.least_bytes == least == _claimed(str(info.value))
+    at = solve(problem_from_stats(_odd_ring(traps), replace(config, budget_bytes=least)))
+    assert at.peak_bytes == least and len(at.block_bytes) == 2
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_stats(), st.integers(1, 3), st.sampled_from(ASSIGNMENTS))
+def test_the_claimed_smallest_budget_is_exact(stats, blocks: int, assignment: str) -> None:
+    """A plan fits the budget claimed, none fits a byte less."""
+    blocks = 1 if assignment == "ring" else blocks
+    config = PlanConfig(budget_bytes=1, num_blocks=blocks, min_blocks=blocks,
+                        assignment=assignment)  # fmt: skip
+    try:
+        solve(problem_from_stats(stats, config))
+    except BudgetError as exc:
+        least, message = exc.least_bytes, str(exc)
+    else:
+        return  # nothing streams and nothing is stored: any budget holds
+    assert least is not None and least == _claimed(message)
+    assert solve(problem_from_stats(stats, replace(config, budget_bytes=least))).peak_bytes <= least
+    with pytest.raises(BudgetError):
+        solve(problem_from_stats(stats, replace(config, budget_bytes=least - 1)))
+
+
 def test_a_budget_error_says_when_most_weights_cannot_stream() -> None:
     """Every trap runs twice per iteration: nothing may stream, and the error says so (not only
     the smallest budget, which then reads as the solver failing)."""
-    from dataclasses import replace
-
     from tests.solve.instances import uniform_stats
 
     stats = uniform_stats(6)

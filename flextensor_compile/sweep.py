@@ -28,7 +28,8 @@ from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
 
 __all__ = ["NO_FIT", "OVER_MEMORY", "SweepPoint", "parse_fractions", "plot_sweep",
-           "smallest_near_fastest", "stats_from_profile", "sweep", "weight_bytes"]  # fmt: skip
+           "slower_than_smaller", "smallest_near_fastest", "stats_from_profile", "sweep",
+           "weight_bytes"]  # fmt: skip
 
 NO_FIT = "does not fit"  # `SweepPoint.status`: no plan fits the budget (`error` says the least)
 OVER_MEMORY = "over device memory"  # the budget is more than the device has: not solved
@@ -167,16 +168,40 @@ def _point(stats: Stats, config: PlanConfig, fraction: float, mem_fraction: floa
                       bound_ms=bound if math.isfinite(bound) else None)  # fmt: skip
 
 
+SAME_MAKESPAN = 1e-9  # relative: makespans this close are the same (float sums of one plan)
+
+
 def smallest_near_fastest(points: tuple[SweepPoint, ...], within: float) -> SweepPoint | None:
     """The planned point with the smallest budget whose makespan is within `within` (a
-    fraction, e.g. 0.05) of the fastest planned point's; None when no point has a plan."""
+    fraction, e.g. 0.05; 0: the fastest, up to `SAME_MAKESPAN`) of the fastest planned
+    point's; None when no point has a plan."""
     planned = [p for p in points if p.makespan_ms is not None]
     if not planned:
         return None
     fastest = min(p.makespan_ms for p in planned if p.makespan_ms is not None)
     near = [p for p in planned if p.makespan_ms is not None
-            and p.makespan_ms <= fastest * (1 + within)]  # fmt: skip
+            and p.makespan_ms <= fastest * (1 + within + SAME_MAKESPAN)]  # fmt: skip
     return min(near, key=lambda p: (p.budget_bytes, p.fraction))
+
+
+def slower_than_smaller(points: tuple[SweepPoint, ...]) -> list[tuple[SweepPoint, SweepPoint]]:
+    """(point, the fastest point at a smaller budget) wherever a plan is slower than one found
+    at a smaller budget (that plan fits the larger budget too: the solver's fit at this budget
+    missed it); in budget order."""
+    planned = sorted((p for p in points if p.makespan_ms is not None),
+                     key=lambda p: (p.budget_bytes, p.fraction))  # fmt: skip
+    out, best = [], None
+    for p in planned:
+        assert p.makespan_ms is not None
+        if (
+            best is not None
+            and best.makespan_ms is not None
+            and (p.makespan_ms > best.makespan_ms * (1 + SAME_MAKESPAN))
+        ):
+            out.append((p, best))
+        if best is None or best.makespan_ms is None or p.makespan_ms < best.makespan_ms:
+            best = p
+    return out
 
 
 def _axis_unit(largest: int) -> tuple[int, str]:

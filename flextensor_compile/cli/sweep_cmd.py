@@ -151,6 +151,22 @@ def _pick_lines(points: tuple[SweepPoint, ...], weights: int) -> list[str]:
             shown.append(near)
             lines.append(f"within {within:.0%} of it from frac {format_fraction(near.fraction)} "
                          f"({format_bytes(near.budget_bytes)}): {format_ms(near.makespan_ms)} ms")  # fmt: skip
+    return [*lines, *_slower_lines(points)]
+
+
+def _slower_lines(points: tuple[SweepPoint, ...]) -> list[str]:
+    """Budgets whose plan is slower than one a smaller budget got (it fits there too): which,
+    and the budget to pass for the faster plan."""
+    from flextensor_compile.sweep import slower_than_smaller
+    from flextensor_compile.units import format_fraction, format_ms
+
+    lines = []
+    for p, faster in slower_than_smaller(points):
+        assert p.makespan_ms is not None and faster.makespan_ms is not None
+        lines.append(f"frac {format_fraction(p.fraction)} plans {format_ms(p.makespan_ms)} ms, "
+                     f"slower than frac {format_fraction(faster.fraction)}'s "
+                     f"{format_ms(faster.makespan_ms)} ms, whose plan fits it too: "
+                     f"--budget {faster.budget_bytes} gets that plan")  # fmt: skip
     return lines
 
 

@@ -239,7 +239,11 @@ def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:
     """What to raise: the --mem-fraction the smallest budget needs, when the budget was one."""
     device = problem.fraction_of_bytes
     if device is None or least is None:
-        return "raise --budget or --mem-fraction" if least is None else f"raise --budget to at least {hint}"
+        return (
+            "raise --budget or --mem-fraction"
+            if least is None
+            else f"raise --budget to at least {hint}"
+        )
     fraction = math.ceil(least / device * 100) / 100
     while int(fraction * device) < least:  # the budget is int(fraction * device): round up
         fraction += 0.01

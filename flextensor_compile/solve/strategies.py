@@ -56,8 +56,8 @@ STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack"
 _BLOCK_COUNTS = (1, 2, 3)
 # ring headroom, x the largest transfer
 _RING_HEADROOM = (0.125, 0.25, 0.5, 1.0)
-_RING_RETRIES = 2  # families whose ring plans are refitted with headroom
-_RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection")  # under adaptive
+_RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection", "nth-layer",
+                    "greedy")  # fmt: skip
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
 _GROUP_GAIN = 1e-3  # so are grouped candidates, unless copies dominate
 _COVER_KEPT = 2  # cover selections simulated per layout: those whose copies take least
@@ -302,15 +302,21 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
     plan so far (`_cannot_win`)."""
     names = list(_GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
-    seen: set[tuple[Selection, tuple[int, str]]] = set()
+    made: dict[tuple[Selection, tuple[int, str]], Ranked | None] = {}  # built once per layout
     best = math.inf
 
     def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Ranked]:
+        """`name`'s plans with `lay`; a selection another family made already comes again
+        as that plan (the ring ranks families by their plans)."""
         for label, sel in _GENERATORS[name](ctx, lay):
-            if (sel, lay[:2]) in seen or _cannot_win(ctx, sel, lay, min(best, floor)):
+            key = (sel, lay[:2])
+            if key in made:
+                plan = made[key]
+            elif _cannot_win(ctx, sel, lay, min(best, floor)):
                 continue
-            seen.add((sel, lay[:2]))
-            plan = (ring_candidate(p, sel, label, ctx.plans) if lay[1] == RING
+            else:
+                plan = made[key] = (
+                    ring_candidate(p, sel, label, ctx.plans) if lay[1] == RING
                     else build_plan(p, sel, lay[0], label, lay[1], cache=ctx.plans))  # fmt: skip
             if plan is None or len(plan.block_bytes) < min(p.min_blocks, copies_of(plan)):
                 continue
@@ -332,11 +338,12 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
 
 def _ring_plans(ctx: Context, names: list[str],
                 plans: Callable[[str, Layout, float], Iterator[Ranked]]) -> Iterator[Ranked]:  # fmt: skip
-    """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families
-    only); in memory mode then, for the two whose ring plans simulate fastest, the same family
-    fitted with headroom, so the ring has room to copy ahead: 1/8, 1/4, 1/2 and 1 x the largest
-    transfer, and 2, 4 and 8 x when compute dominates (copies then hide, so staging costs little;
-    leaf traps' transfers are small against the lead a copy needs); selections whose copies alone take longer than the fastest ring plan are skipped."""
+    """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families,
+    `_RING_GENERATORS`); in memory mode then, for each family (those whose ring plans simulate
+    fastest first), the family fitted with headroom, so the ring has room to copy ahead: 1/8,
+    1/4, 1/2 and 1 x the largest transfer, and 2, 4 and 8 x when compute dominates (copies then
+    hide, so staging costs little; leaf traps' transfers are small against the lead a copy
+    needs); selections whose copies alone take longer than the fastest ring plan are skipped."""
     p = ctx.problem
     base = (1, RING, 0)
     ranked: dict[str, tuple[float, int]] = {}  # family -> (its best ring makespan, top bytes)
@@ -348,7 +355,7 @@ def _ring_plans(ctx: Context, names: list[str],
     if p.budget_bytes is None:
         return
     fastest = min((made for made, _ in ranked.values()), default=math.inf)
-    for name in sorted(ranked, key=lambda g: (ranked[g], g))[:_RING_RETRIES]:
+    for name in sorted(ranked, key=lambda g: (ranked[g], g)):
         top = ranked[name][1]
         parts = _RING_HEADROOM if _copies_dominate(ctx) else (*_RING_HEADROOM, 2.0, 4.0, 8.0)
         for part in parts:
@@ -405,10 +412,13 @@ def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan | None:
         merged = partial(_solve, strategy=DEFAULT_STRATEGY, grouped=False)
         best = _best(grouped_plans(problem, merged, layouts(problem), ctx.plans), best)
     budget = problem.budget_bytes
-    if best is None and (budget is None or problem.total_bytes + problem.reserve_bytes <= budget):
-        # all resident works in latency mode, and where the budget holds every weight (with the
-        # ring assignment and nothing to stream, no layout makes a plan)
-        best = build_plan(problem, tuple(() for _ in problem.traps), 1, strategy, "strict")
+    holds_all = budget is not None and problem.total_bytes + problem.reserve_bytes <= budget
+    if holds_all or (best is None and budget is None):
+        # where the budget holds every weight, keeping all resident competes (no copy can be
+        # faster; a streaming plan as fast wins on its lower peak); in latency mode it is the
+        # fallback (with the ring assignment and nothing to stream, no layout makes a plan)
+        resident = build_plan(problem, tuple(() for _ in problem.traps), 1, strategy, "strict")
+        best = _best([resident] if resident is not None else [], best)
     if best is None:
         return None
     return best.plan() if isinstance(best, RingCandidate) else best

@@ -1,0 +1,86 @@
+"""`adaptive` ranks what its families find: every family's plans under the ring, and keeping
+every weight resident when the budget holds them all (no copy is faster)."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flextensor_compile.solve import STRATEGIES, problem_from_stats, solve
+from flextensor_compile.stats import Stats, TensorStat, TrapStat
+from flextensor_runtime.errors import BudgetError
+from flextensor_runtime.profile import DeviceSpec, PlanConfig
+from tests.solve.instances import random_stats, total_bytes
+
+EXAMPLES = int(os.environ.get("FLEXTENSOR_SOLVER_EXAMPLES", "60"))
+MIB = 1 << 20
+
+
+def _stats(compute: list[float], sizes: list[int], rate: float, latency_ms: float) -> Stats:
+    device = DeviceSpec("dev", 1 << 34, rate, h2d_latency_ms=latency_ms)
+    traps = tuple(
+        TrapStat(f"blocks.{i}", ms, tuple(
+            TensorStat(f"blocks.{i}.w{k}", n, "int8", (n,)) for k, n in enumerate(sizes)))
+        for i, ms in enumerate(compute))  # fmt: skip
+    return Stats("m", device, traps)
+
+
+def test_adaptive_is_as_fast_as_every_other_trap_streaming_through_the_ring() -> None:
+    """Three traps, one long: streaming the two short ones (nth-layer's ring plan) hides both
+    copies behind the long trap; the knapsack families stream the long one."""
+    stats = _stats([0.01, 0.1, 2.8], [64 << 10, 16 * MIB], 3e9, 0.5)
+    config = PlanConfig(budget_bytes=int(total_bytes(stats) * 0.9))
+    nth = solve(problem_from_stats(stats, config), "nth-layer")
+    best = solve(problem_from_stats(stats, config))
+    assert best.makespan_ms <= nth.makespan_ms * (1 + 1e-9), (best.strategy, nth.strategy)
+
+
+def test_a_ring_budget_that_holds_every_weight_is_not_slower_than_keeping_them() -> None:
+    """With the ring assignment and a budget of the weight bytes (or more), streaming ranked
+    alone gave a plan slower than no streaming at all, or as fast with a higher peak."""
+    stats = _stats([0.01, 0.0, 0.01, 0.01, 2.136, 1.0, 5.0], [1000, 5 * MIB, 333333, 65536],
+                   3e9, 0.5)  # fmt: skip
+    total = total_bytes(stats)
+    compute = sum(t.compute_ms for t in stats.traps)
+    for extra in (0, 1000, 700000):
+        config = PlanConfig(budget_bytes=total + extra, assignment="ring")
+        plan = solve(problem_from_stats(stats, config))
+        assert abs(plan.makespan_ms - compute) < 1e-9, extra
+        assert plan.peak_bytes <= total, extra
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_stats(), st.sampled_from(["optimized-round-robin", "ring"]), st.floats(1.0, 1.5))
+def test_a_budget_holding_every_weight_gets_a_plan_no_slower_than_all_resident(
+    stats, assignment: str, scale: float
+) -> None:
+    budget = max(1, int(total_bytes(stats) * scale))
+    plan = solve(problem_from_stats(stats, PlanConfig(budget_bytes=budget, assignment=assignment)))
+    compute = sum(t.compute_ms for t in stats.traps)  # all resident: compute alone
+    assert plan.makespan_ms <= compute * (1 + 1e-9) + 1e-12
+    assert plan.peak_bytes <= total_bytes(stats)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_stats(), st.floats(0.1, 0.95),
+       st.sampled_from(["optimized-round-robin", "ring", "strict-round-robin"]))  # fmt: skip
+def test_adaptive_is_never_slower_than_one_of_its_strategies(
+    stats, fraction: float, assignment: str
+) -> None:
+    """`adaptive` runs every strategy's families: none of them alone plans faster."""
+    config = PlanConfig(budget_bytes=max(1, int(total_bytes(stats) * fraction)),
+                        assignment=assignment)  # fmt: skip
+    problem = problem_from_stats(stats, config)
+    try:
+        best = solve(problem)
+    except BudgetError:
+        best = None
+    for strategy in STRATEGIES:
+        try:
+            alone = solve(problem, strategy)
+        except BudgetError:
+            continue
+        assert best is not None, strategy
+        assert best.makespan_ms <= alone.makespan_ms * (1 + 1e-9) + 1e-12, strategy

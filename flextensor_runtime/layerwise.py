@@ -20,7 +20,12 @@ from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.vram.copy_backend import CopyBackend, CudaCopyBackend
-from flextensor_runtime.vram.layer_window import LayerWindow, WindowCounters
+from flextensor_runtime.vram.layer_window import (
+    LayerWindow,
+    WindowCounters,
+    carried_fields,
+    with_fields,
+)
 from flextensor_runtime.vram.tensor_slots import managed_parameters, replace_parameters
 
 __all__ = [
@@ -169,15 +174,30 @@ def _find_layers(model: nn.Module, layer_container: str | None) -> list[nn.Modul
     return _layer_list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
 
 
+def _moved(
+    param: torch.Tensor, device: torch.device, copies: dict[int, torch.Tensor]
+) -> nn.Parameter:
+    """`param` on `device` as a new parameter, its inner tensor fields moved with it (one copy
+    per field in `copies`, so a field two parameters share stays shared)."""
+    for _, inner in carried_fields(param):
+        if id(inner) not in copies:
+            copies[id(inner)] = inner.detach().to(device)
+    return with_fields(param.detach().to(device), param, copies, param.requires_grad)
+
+
 def _move_resident(model: nn.Module, layers: list[nn.Module], device: torch.device) -> None:
     """Everything outside the layer stack, and every buffer, lives on the device; the
-    layers' parameters come to the host (ties kept) to become masters."""
+    layers' parameters come to the host (ties kept) to become masters. Inner tensor fields
+    (an FP8 `weight.scale`) go where their parameter goes."""
+    host: dict[int, torch.Tensor] = {}
+    cpu = torch.device("cpu")
     for layer in layers:
-        away = {n: nn.Parameter(p.detach().cpu(), requires_grad=p.requires_grad)
+        away = {n: _moved(p, cpu, host)
                 for n, p in managed_parameters(layer).items() if p.device.type != "cpu"}  # fmt: skip
         replace_parameters(layer, away)
     layer_modules = {id(m) for layer in layers for m in layer.modules()}
     moved: dict[int, nn.Parameter] = {}  # one device copy per parameter, so ties stay ties
+    fields: dict[int, torch.Tensor] = {}
     for module in model.modules():
         for key, buf in module._buffers.items():
             if buf is not None:
@@ -187,9 +207,7 @@ def _move_resident(model: nn.Module, layers: list[nn.Module], device: torch.devi
         for key, param in module._parameters.items():
             if param is not None and param.device != device:
                 if id(param) not in moved:
-                    moved[id(param)] = nn.Parameter(
-                        param.detach().to(device), requires_grad=param.requires_grad
-                    )
+                    moved[id(param)] = _moved(param, device, fields)
                 module._parameters[key] = moved[id(param)]
 
 
@@ -208,13 +226,21 @@ def _check_no_profile(model: nn.Module) -> None:
             )
 
 
+def _layer_tensors(layer: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """What the window copies for `layer`: its parameters and their inner tensor fields."""
+    for param in layer.parameters():
+        yield "a parameter", param
+        for attr, inner in carried_fields(param):
+            yield f"an inner tensor field .{attr}", inner
+
+
 def _check_unshared(layers: list[nn.Module]) -> None:
     owner: dict[int, int] = {}
     for index, layer in enumerate(layers):
-        for param in layer.parameters():
-            if owner.setdefault(id(param), index) != index:
+        for what, t in _layer_tensors(layer):
+            if owner.setdefault(id(t), index) != index:
                 raise ConfigError(
-                    f"layers {owner[id(param)]} and {index} share a parameter: reuse_buffers=True "
+                    f"layers {owner[id(t)]} and {index} share {what}: reuse_buffers=True "
                     "forbids shared storage across layers; use reuse_buffers=False"
                 )
 

@@ -3,23 +3,27 @@
 Owns: per-layer host master copies (pinned where the backend pins; optionally packed into one
 flat host tensor per dtype with two reusable device slots), prefetching the next layer while the
 current one runs, binding device copies as the layer's parameters for its forward only, and the
-request-local counters behind the offload report.
+request-local counters behind the offload report. A parameter's inner tensor fields (an FP8
+`weight.scale`) are tensors of its layer like the parameter: host masters, copied with it, and
+carried by the device copy bound for the forward.
 Must not know: how layers are found or hooks registered (see `layerwise`), CUDA specifics
 (see `copy_backend`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from flextensor_runtime.errors import InferenceOnlyError
+from flextensor_runtime.model_tensors import inner_fields
 from flextensor_runtime.vram.copy_backend import CopyBackend, CopyTicket
 
-__all__ = ["LayerWindow", "WindowCounters"]
+__all__ = ["LayerWindow", "WindowCounters", "carried_fields", "with_fields"]
 
 
 @dataclass
@@ -36,8 +40,8 @@ class WindowCounters:
 @dataclass
 class _Layer:
     slots: list[tuple[nn.Module, str, nn.Parameter]]  # owner, local name, host master
-    masters: dict[int, nn.Parameter]  # id -> master, each once
-    packed: dict[torch.dtype, list[nn.Parameter]] = field(default_factory=dict)
+    masters: dict[int, torch.Tensor]  # id -> master (parameters and inner fields), each once
+    packed: dict[torch.dtype, list[torch.Tensor]] = field(default_factory=dict)
     flat: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)  # host, per dtype
     device: dict[int, torch.Tensor] | None = None  # id(master) -> device copy
     ticket: CopyTicket | None = None
@@ -46,13 +50,51 @@ class _Layer:
 
 
 def _collect(layer: nn.Module) -> _Layer:
-    slots, masters = [], {}
+    slots: list[tuple[nn.Module, str, nn.Parameter]] = []
+    masters: dict[int, torch.Tensor] = {}
     for owner in layer.modules():
         for local, param in owner._parameters.items():
             if param is not None:
                 slots.append((owner, local, param))
-                masters[id(param)] = param
+                masters.setdefault(id(param), param)
+                for _, inner in carried_fields(param):
+                    masters.setdefault(id(inner), inner)
     return _Layer(slots, masters)
+
+
+def _subclass_inner(param: torch.Tensor) -> set[str]:
+    """A tensor subclass's own inner tensors (its `__tensor_flatten__` names); none for a tensor."""
+    if not is_traceable_wrapper_subclass(param):
+        return set()
+    return set(param.__tensor_flatten__()[0])  # type: ignore[attr-defined]
+
+
+def carried_fields(param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """The inner tensor fields (`model_tensors.inner_fields`) that must be moved next to
+    `param`: all of them, less a tensor subclass's own inner tensors (its
+    `__tensor_flatten__` names), which the subclass copies itself when `param` is copied."""
+    own = _subclass_inner(param)
+    return [(attr, inner) for attr, inner in inner_fields(param) if attr not in own]
+
+
+def with_fields(
+    data: torch.Tensor,
+    param: torch.Tensor,
+    copies: Mapping[int, torch.Tensor],
+    requires_grad: bool = False,
+) -> nn.Parameter:
+    """`data` (a copy of `param`) as a parameter that carries `param`'s attributes, each inner
+    tensor field as its copy in `copies` (by id of the field; fields without one are carried
+    as they are), so an FP8 `weight.scale` goes where its weight goes. Not carried: a tensor
+    subclass's own inner tensors (`data` has its own) and our bookkeeping (`_flextensor_*`,
+    which describes `param`, not the copy)."""
+    new = nn.Parameter(data, requires_grad=requires_grad)
+    own = _subclass_inner(param)
+    for attr, value in vars(param).items():
+        if attr not in own and not attr.startswith("_flextensor"):
+            moved = copies.get(id(value)) if isinstance(value, torch.Tensor) else None
+            new.__dict__[attr] = value if moved is None else moved
+    return new
 
 
 class LayerWindow:
@@ -95,7 +137,7 @@ class LayerWindow:
     def _pack(self, state: _Layer, pin_memory: bool) -> None:
         """Contiguous masters become views into one flat host tensor per dtype."""
         for master in state.masters.values():
-            if master.data.is_contiguous():
+            if type(master.data) is torch.Tensor and master.data.is_contiguous():  # no subclass
                 state.packed.setdefault(master.dtype, []).append(master)
         for dtype, params in state.packed.items():
             flat = torch.empty(sum(p.numel() for p in params), dtype=dtype, device="cpu")
@@ -231,7 +273,7 @@ class LayerWindow:
             self._release(index, None)  # a failed copy is not kept for the next call
             raise
         for owner, local, master in state.slots:
-            owner._parameters[local] = nn.Parameter(state.device[id(master)], requires_grad=False)
+            owner._parameters[local] = with_fields(state.device[id(master)], master, state.device)
         state.running = 1
         if index + 1 < len(self.layers):
             self.prefetch(index + 1)

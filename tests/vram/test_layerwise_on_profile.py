@@ -23,10 +23,9 @@ def _ids() -> torch.Tensor:
 
 def _deployed() -> tuple[nn.Module, torch.Tensor, Snapshot]:
     """A TinyLM with an offload profile installed (CPU backend), its plain output and its state
-    before the install. Its weights carry no inner tensor fields, which layer-wise offload does
-    not rebind."""
+    before the install (its scaled blocks' weights carry an inner tensor field `weight.scale`)."""
     torch.manual_seed(0)
-    model, ids = TinyLM(scaled=False).eval(), _ids()
+    model, ids = TinyLM(scaled=True).eval(), _ids()
     order, _ = record_order(model, block_names(model), ids)
     profile = build_profile(model, order)
     with torch.no_grad():

@@ -3,14 +3,16 @@
 Owns: the public entry points: load and validate a profile, bind it to the model (fingerprint
 mismatch -> `ProfileMismatchError`), check the plan's peak fits the device's free memory now
 (`BudgetError`), install (then the profile's `vram` and `caches` sections, on top), and the
-`OffloadHandle` (`remove()`, `report()`, the event log).
+`OffloadHandle` (`remove()`, `report()`, the event log); the marks by which other offloaders
+find the installed profile from any submodule (`installed_root`).
 Must not know: the compiler, typer or rich; how traps, blocks or copies work inside.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ from flextensor_runtime.errors import BudgetError, ConfigError, ProfileFormatErr
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.install import Deployment, install
 from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
+from flextensor_runtime.layerwise import _LAYER_ATTR as LAYER_MARK
 from flextensor_runtime.lazy_load import Checkpoint
 from flextensor_runtime.manual import current_model
 from flextensor_runtime.profile import Profile
@@ -31,9 +34,29 @@ from flextensor_runtime.report import Report, build_report
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.vram_section import VramSection, vram_section_from_extensions
 
-__all__ = ["OffloadHandle", "handle", "load_profile", "offload_from_profile", "print_report"]
+__all__ = [
+    "OffloadHandle",
+    "handle",
+    "installed_root",
+    "load_profile",
+    "offload_from_profile",
+    "print_report",
+]
 
 _HANDLE_ATTR = "_ft_handle"
+# on each submodule of a model with a profile installed: a weak reference to that model
+_MEMBER_ATTR = "_ft_profile_member"
+
+
+def installed_root(module: nn.Module) -> nn.Module | None:
+    """The model whose installed offload profile manages `module`: `module` itself, or the model
+    it was a submodule of when `offload_from_profile` installed the profile; None when no
+    installed profile manages it."""
+    if _HANDLE_ATTR in module.__dict__:
+        return module
+    mark = module.__dict__.get(_MEMBER_ATTR)
+    root = mark() if isinstance(mark, weakref.ref) else None
+    return root if root is not None and _HANDLE_ATTR in root.__dict__ else None
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
@@ -83,6 +106,8 @@ class OffloadHandle:
     deployment: Deployment
     cache: Any = None  # the installed `caches` section (set_step, report), when the profile has one
     vram: Any = None  # the installed `vram` section (wrapped, skipped, disk_modules), if any
+    # submodules marked at install (`installed_root` finds the profile from them)
+    members: list[nn.Module] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def profile(self) -> Profile:
@@ -135,6 +160,11 @@ class OffloadHandle:
         dep.runtime = None
         dep.hosts.clear()
         dep.model.__dict__.pop(_HANDLE_ATTR, None)
+        for module in self.members:
+            mark = module.__dict__.get(_MEMBER_ATTR)
+            if isinstance(mark, weakref.ref) and mark() is dep.model:
+                del module.__dict__[_MEMBER_ATTR]
+        self.members.clear()
         if current_model.get() is dep.model:
             current_model.set(None)
 
@@ -203,10 +233,14 @@ def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> N
 def _check_no_other_offloader(model: nn.Module) -> None:
     """The profile's traps would run beside VRAM wrappers or layer-wise offload that keep the
     same weights elsewhere (the reverse of `enable_vram_management`'s check)."""
-    if LAYERWISE_MARK in model.__dict__:
+    marks = (LAYERWISE_MARK, LAYER_MARK)  # the offloaded model, each layer of its stack
+    layered = next((n for n, m in model.named_modules() if any(k in m.__dict__ for k in marks)),
+                   None)  # fmt: skip
+    if layered is not None:
+        where = f"its submodule {layered!r} has" if layered else "it has"
         raise ConfigError(
-            f"this {type(model).__name__} has layer-wise CPU offload: call disable() on its "
-            "LayerwiseOffloadHandle before offload_from_profile"
+            f"this {type(model).__name__} cannot take an offload profile: {where} layer-wise CPU "
+            "offload; call disable() on its LayerwiseOffloadHandle before offload_from_profile"
         )
     wrapped = next((n for n, m in model.named_modules() if isinstance(m, AutoTorchModule)), None)
     if wrapped is not None:
@@ -292,8 +326,18 @@ def offload_from_profile(
         dep.hosts.clear()
         raise
     model.__dict__[_HANDLE_ATTR] = h
+    _mark_members(h, model)
     current_model.set(model)
     return model
+
+
+def _mark_members(h: OffloadHandle, model: nn.Module) -> None:
+    """Mark every submodule as managed by `model`'s profile, so another offloader called on a
+    submodule (whose parameters the traps stream or keep resident) can find the profile."""
+    for module in model.modules():
+        if module is not model:
+            module.__dict__[_MEMBER_ATTR] = weakref.ref(model)
+            h.members.append(module)
 
 
 def print_report(model: nn.Module) -> str:

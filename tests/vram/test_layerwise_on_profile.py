@@ -82,3 +82,50 @@ def test_vram_management_on_a_profile_installed_model_is_refused() -> None:
     assert not any(isinstance(m, AutoWrappedLinear) for m in model.modules())
     with torch.no_grad():
         assert torch.equal(model(_ids()), plain)
+
+
+@pytest.mark.parametrize("reuse_buffers", [False, True])
+def test_layerwise_on_a_submodule_of_a_deployed_model_is_refused(reuse_buffers: bool) -> None:
+    model, plain, _ = _deployed()
+    before = _installed_state(model)
+    hooks = [(m._forward_pre_hooks.copy(), m._forward_hooks.copy()) for m in model.modules()]
+    message = r"it is part of a TinyLM that has an offload profile installed.*handle\(model\)"
+    with pytest.raises(ConfigError, match=message):  # the block list is the layer stack itself
+        enable_layerwise_offload_on(model.blocks, ThreadCopyBackend(), reuse_buffers=reuse_buffers)
+    with pytest.raises(ConfigError, match=message):
+        enable_layerwise_cpu_offload(model.blocks)  # refused on any machine, before the CUDA gate
+    holder = nn.Module()  # a new container around a part of the deployed model
+    holder.part = model.blocks
+    with pytest.raises(ConfigError, match="its submodule 'part' is part of a TinyLM"):
+        enable_layerwise_offload_on(holder, ThreadCopyBackend(), layer_container="part")
+    assert _installed_state(model) == before
+    assert hooks == [(m._forward_pre_hooks, m._forward_hooks) for m in model.modules()]
+    with torch.no_grad():
+        assert torch.equal(model(_ids()), plain)
+
+
+def test_a_submodule_takes_layerwise_once_the_profile_is_removed() -> None:
+    model, plain, before = _deployed()
+    handle(model).remove()
+    assert_same(model, before)
+    assert not any("_ft_profile_member" in m.__dict__ for m in model.modules())
+    enable_layerwise_offload_on(model.blocks, ThreadCopyBackend())
+    with torch.no_grad():
+        assert torch.equal(model(_ids()), plain)
+
+
+@pytest.mark.parametrize("on_blocks", [False, True])
+def test_a_profile_on_a_model_with_layerwise_inside_is_refused(on_blocks: bool) -> None:
+    torch.manual_seed(0)
+    model, ids = TinyLM(scaled=True).eval(), _ids()
+    profile = build_profile(model, record_order(model, block_names(model), ids)[0])
+    with torch.no_grad():
+        plain = model(ids)
+    enable_layerwise_offload_on(model.blocks if on_blocks else model, ThreadCopyBackend())
+    before = _installed_state(model)
+    where = "its submodule 'blocks' has" if on_blocks else "it has"
+    with pytest.raises(ConfigError, match=f"{where} layer-wise CPU offload; call disable"):
+        deploy(model, profile)
+    assert _installed_state(model) == before and "_ft_handle" not in model.__dict__
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain)

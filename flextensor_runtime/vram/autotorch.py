@@ -253,6 +253,18 @@ class AutoTorchModule(nn.Module):
         return total
 
     # -- transitions ----------------------------------------------------------------------
+    def _settle_state(self) -> None:
+        """`state` for where the stored weights are after a move outside the four transitions
+        (`load_from_disk` in place): 2 at the computation placement, 0 on the disk tier or at
+        the offload placement, else 1 (out of the resting tier, not yet at computation)."""
+        assert self.stored is not None
+        if self.holds(self.stages.computation):
+            self.state = STATE_KEPT
+        elif self.stored.on_disk or self.holds(self.stages.offload):
+            self.state = STATE_OFFLOADED
+        else:
+            self.state = STATE_ONLOADED
+
     def offload(self) -> None:
         """Move managed parameters to the inactive placement and set state 0."""
         self._move_stored(self.stages.offload)

@@ -86,14 +86,17 @@ class AutoWrappedLinear(AutoTorchModule):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Fetch `name.weight` / `name.bias` from the disk map at `torch_dtype` on `device`.
 
+        `assign=True` is a transition: `stored` becomes `torch_dtype`/`device` and `state`
+        follows it (2 at the computation placement, 0 at the offload placement, else 1).
         `assign=False` returns the tensors without mutating this module, so a temporary compute
-        copy leaves the stored weights on meta.
+        copy leaves the stored weights on meta (and `stored` and `state` as they were).
         """
         target = Placement.on(torch_dtype, device)
         tensors = self._load_disk(target)
         if assign:
             replace_parameters(self, tensors, recurse=False)
             self.stored = target
+            self._settle_state()
         return tensors["weight"], tensors.get("bias")
 
     def computation(self) -> tuple[torch.Tensor, torch.Tensor | None]:

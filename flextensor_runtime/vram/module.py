@@ -115,7 +115,9 @@ class AutoWrappedModule(AutoTorchModule):
         """Materialize disk-backed parameters onto `device`; buffers stay resident.
 
         Non-persistent buffers cannot be rebuilt from a state dict and are never replaced.
-        `copy_module=True` returns a clone so the stored module stays on meta.
+        In place (the default) this is a transition: `stored` becomes `dtype`/`device` and
+        `state` follows it (2 at the computation placement, 0 at the offload placement, else 1).
+        `copy_module=True` returns a clone so the stored module, `stored` and `state` stay.
         """
         target = Placement.on(torch_dtype, device)
         tensors = self._load_disk(target)
@@ -123,6 +125,7 @@ class AutoWrappedModule(AutoTorchModule):
             return self._clone_with(tensors)
         replace_parameters(self.module, tensors, self._recurse_params)
         self.stored = target
+        self._settle_state()
         return self.module
 
     def offload_to_disk(self, model: nn.Module) -> None:

@@ -52,3 +52,12 @@ def test_bench_gpu_parts(tmp_path: Path) -> None:
     assert "copy curve" not in rest.stdout
     both = bench("--no-curve", "--curve-out", str(tmp_path / "x.json"))
     assert both.returncode != 0 and "drop --no-curve" in both.stderr
+
+
+def test_lock_bench_prints_the_pair_and_its_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.runtime.lock import main
+
+    cost = main(number=1000, repeats=3)
+    out = capsys.readouterr().out
+    assert "acquire(blocking=False) + release()" in out and "per trap call" in out
+    assert cost > 0

@@ -24,33 +24,47 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.
 
 def parse_size(text: str, what: str = "size") -> int:
     """`"6GiB"` -> 6442450944; plain numbers are bytes. Raises ConfigError naming the value."""
-    m = _SIZE.match(str(text))
+    return _amount(str(text), str(text), what, rate=False)
+
+
+def parse_rate(text: str, what: str = "bandwidth") -> float:
+    """`"24GB/s"` -> 24e9 bytes per second (the `/s` is optional; plain numbers are bytes per
+    second). Raises ConfigError naming the value, with rates to write instead."""
+    raw = str(text).strip()
+    body = raw[:-2] if raw.lower().endswith("/s") else raw
+    return float(_amount(body, str(text), what, rate=True))
+
+
+def _amount(body: str, text: str, what: str, rate: bool) -> int:
+    """A whole number of bytes (per second, for a `rate`) from `body`; `text` is the value as
+    typed, for the message."""
+    if rate:
+        kind, plain, one, limit = "rate", "bytes per second", "one byte per second", "1 PiB/s"
+        examples, fractional = "e.g. 24GB/s, 12GiB/s, 2.5e10", "1.5GB/s"
+    else:
+        kind, plain, one, limit = "size", "bytes", "one byte", "1 PiB"
+        examples, fractional = "e.g. 6GiB, 500MB, 1.5e9", "1.5GiB"
+    m = _SIZE.match(body)
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS:
         raise ConfigError(
-            f"{what} {text!r} is not a size; write bytes or a number with a unit, e.g. 6GiB, "
-            "500MB, 1.5e9"
+            f"{what} {text!r} is not a {kind}; write {plain} or a number with a unit, {examples}"
         )
     value = float(m.group(1)) * _UNITS[unit]
     if 0 < value < 1:
         hint = "; for a fraction of device memory use --mem-fraction" if what == "--budget" else ""
         raise ConfigError(
-            f"{what} {text!r} is less than one byte: sizes are bytes or a number with a unit, "
-            f"e.g. 6GiB{hint}"
+            f"{what} {text!r} is less than {one}: {kind}s are {plain} or a number with a unit, "
+            f"{examples.split(',')[0]}{hint}"
         )
     if value <= 0 or value > 2**50:
-        raise ConfigError(f"{what} {text!r} is out of range; give a positive size up to 1 PiB")
+        raise ConfigError(
+            f"{what} {text!r} is out of range; give a positive {kind} up to {limit}, {examples}"
+        )
     if _UNITS[unit] == 1 and value != int(value):
-        raise ConfigError(f"{what} {text!r} is not a whole number of bytes; give bytes, or a "
-                          "number with a unit, e.g. 1.5GiB")  # fmt: skip
+        raise ConfigError(f"{what} {text!r} is not a whole number of {plain}; give {plain}, or a "
+                          f"number with a unit, e.g. {fractional}")  # fmt: skip
     return int(value)
-
-
-def parse_rate(text: str, what: str = "bandwidth") -> float:
-    """`"24GB/s"` -> 24e9 bytes per second (the `/s` is optional)."""
-    raw = str(text).strip()
-    body = raw[:-2] if raw.lower().endswith("/s") else raw
-    return float(parse_size(body, what))
 
 
 def format_bytes(n: int | float | None) -> str:

@@ -25,7 +25,7 @@ from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_compile.timeline import import_pyplot
 from flextensor_compile.workers import parallel_jobs, run_calls
 from flextensor_runtime.errors import BudgetError, ConfigError
-from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
+from flextensor_runtime.profile import TIMING_SOURCES, PlanConfig, Profile, TensorEntry
 
 __all__ = ["NO_FIT", "OVER_MEMORY", "SweepPoint", "parse_fractions", "plot_sweep",
            "smallest_near_fastest", "stats_from_profile", "sweep", "weight_bytes"]  # fmt: skip
@@ -112,8 +112,10 @@ def stats_from_profile(profile: Profile) -> Stats:
 
     traps = tuple(TrapStat(t.name, t.compute_ms, tuple(tensor(e) for e in t.tensors), t.kind,
                            t.calls) for t in profile.traps)  # fmt: skip
+    source = profile.meta.timing_source  # one a stats file cannot record (a profile made by
+    source = source if source in TIMING_SOURCES else "stats"  # hand) is re-solved as "stats"
     return Stats(profile.meta.command or "profile", profile.device, traps,
-                 tuple(tensor(e) for e in profile.untrapped), profile.meta.timing_source)  # fmt: skip
+                 tuple(tensor(e) for e in profile.untrapped), source)  # fmt: skip
 
 
 def weight_bytes(stats: Stats) -> int:

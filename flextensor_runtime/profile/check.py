@@ -86,8 +86,13 @@ def _check_tensors(profile: Profile) -> dict[str, tuple[int, TensorEntry]]:
         if e.tie is None:
             continue
         canon = owner.get(e.tie)
-        if canon is None or canon[1].tie is not None or e.tie == name:
-            raise _bad(f"tensor {name!r} is tied to {e.tie!r}, which is not a canonical tensor")
+        if e.tie == name:
+            raise _bad(f"tensor {name!r} is tied to itself")
+        if canon is None:
+            raise _bad(f"tensor {name!r} is tied to {e.tie!r}, which the profile does not list")
+        if canon[1].tie is not None:
+            raise _bad(f"tensor {name!r} is tied to {e.tie!r}, which is itself tied to "
+                       f"{canon[1].tie!r} (a tie names an untied tensor)")  # fmt: skip
         c = canon[1]
         if (c.placement, c.block, c.offset) != (e.placement, e.block, e.offset):
             raise _bad(f"tied tensor {name!r} is placed apart from {e.tie!r}")

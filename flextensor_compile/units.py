@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import ConfigError
 
 __all__ = ["count_of", "format_bytes", "format_fraction", "format_ms", "format_rate", "parse_rate",
@@ -91,13 +92,6 @@ def format_ms(ms: float) -> str:
 def format_fraction(f: float) -> str:
     """A budget fraction: 2 decimals ("0.20"), more when it has them ("0.125", not "0.12")."""
     return f"{f:.2f}" if abs(f * 100 - round(f * 100)) < 1e-9 else f"{f:.4g}"
-
-
-def count_of(n: int, noun: str) -> str:
-    """`1 block`, `2 blocks`, `0 copies`: a count and its noun (plural by -s, -y -> -ies)."""
-    if n == 1:
-        return f"1 {noun}"
-    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
 
 
 def format_rate(bytes_per_s: float) -> str:

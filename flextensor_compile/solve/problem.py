@@ -15,6 +15,7 @@ from functools import cached_property
 from flextensor_compile.solve.assign import ASSIGNMENTS
 from flextensor_compile.solve.bandwidth import BandwidthModel
 from flextensor_compile.stats import Stats, TensorStat
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import ConfigError, StatsFormatError
 from flextensor_runtime.profile import PlanConfig
 
@@ -204,7 +205,7 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
     for trap in stats.traps:
         if trap.kind == "gap" and trap.tensors:
             raise StatsFormatError(
-                f"gap trap {trap.name!r} owns {len(trap.tensors)} tensors; mark it kind "
+                f"gap trap {trap.name!r} owns {count_of(len(trap.tensors), 'tensor')}; mark it kind "
                 "'module' or move its tensors to the trap that reads them"
             )
     reasons = _pin_reasons(stats)

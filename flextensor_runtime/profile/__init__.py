@@ -1,7 +1,8 @@
 """The offload profile: the compiled artifact `ftc` writes and `offload_from_profile` reads.
 
 This package is the only code that knows the wire format (msgpack keys, version, fingerprint).
-It imports only the standard library, msgpack and the errors module: never torch.
+It imports only the standard library, msgpack and the errors and counts modules: never
+torch.
 """
 
 from flextensor_runtime.profile.check import check_profile, occupied_slots

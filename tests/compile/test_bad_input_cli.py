@@ -507,5 +507,5 @@ def test_a_thread_the_model_file_leaves_running_does_not_hold_ftc(tmp_path) -> N
             "--profiling-iters", "1", "-o", str(out)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert load(out).traps and "not waiting for 1 thread(s)" in done.stderr
+    assert load(out).traps and "not waiting for 1 thread the model file started" in done.stderr
     assert "(forever)" in done.stderr

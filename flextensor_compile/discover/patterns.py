@@ -41,6 +41,7 @@ class Selection:
     include: tuple[str, ...]
     exclude: tuple[str, ...]
     default: bool
+    excluded_by: tuple[str, ...] = ()  # exclude patterns that removed a module include chose
 
 
 def _match(pattern: str, path: str, module: nn.Module | None = None) -> bool:
@@ -173,8 +174,10 @@ def select_traps(
     kept = [path for path in chosen if _kept(path, by_path[path], exclude)]
     outermost = [p for p in kept if not any(p.startswith(q + ".") for q in kept)]
     only = {p: chosen[p] for p in outermost}
+    removed = [(p, by_path[p]) for p in chosen if p not in kept]
     if leaves:
-        only = _refined(only, by_path, exclude)
+        only, dropped = _refined(only, by_path, exclude)
+        removed += dropped
     order = {p: i for i, (p, _) in enumerate(model.named_modules(remove_duplicate=False))}
     return Selection(
         traps=tuple(sorted(only, key=order.__getitem__)),
@@ -183,6 +186,7 @@ def select_traps(
         include=tuple(patterns),
         exclude=tuple(exclude),
         default=default,
+        excluded_by=tuple(x for x in exclude if any(not _kept(p, m, (x,)) for p, m in removed)),
     )
 
 
@@ -209,10 +213,11 @@ def _refined(
     only: dict[str, frozenset[str] | None],
     by_path: dict[str, nn.Module],
     exclude: tuple[str, ...],
-) -> dict[str, frozenset[str] | None]:
-    """Module-level traps replaced by their leaf traps (excluded leaves dropped); parameter-level
-    traps kept as they are."""
+) -> tuple[dict[str, frozenset[str] | None], list[tuple[str, nn.Module]]]:
+    """Module-level traps replaced by their leaf traps, and the excluded leaves dropped;
+    parameter-level traps kept as they are."""
     out: dict[str, frozenset[str] | None] = {}
+    dropped: list[tuple[str, nn.Module]] = []
     for path, names in only.items():
         if names is not None:
             out[path] = names
@@ -220,4 +225,6 @@ def _refined(
         for leaf, module in leaf_traps(path, by_path[path]):
             if _kept(leaf, module, exclude):
                 out[leaf] = None
-    return out
+            else:
+                dropped.append((leaf, module))
+    return out, dropped

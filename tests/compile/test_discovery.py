@@ -201,7 +201,6 @@ def test_weights_tied_by_storage_not_identity():
 @pytest.mark.parametrize(
     ("build", "include", "exclude", "why"),
     [
-        (models.Stack, (), ("layers.*",), "--exclude layers.* removes every module the patterns"),
         (models.Stack, ("layers",), (), "'layers' is a ModuleList, which is never called (its "
                                         "children are); pass --include 'layers.*'"),
         (lambda: torch.nn.Linear(models.DIM, models.DIM), (), (),
@@ -218,3 +217,22 @@ def test_no_trap_ran_says_why(build, include, exclude, why):
     with pytest.raises(ModelFileError, match="no trap ran during the forward") as exc:
         _discover(model, inputs, include=include, exclude=exclude)
     assert why in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("include", "exclude", "why"),
+    [
+        ((), ("layers.*",), "--exclude 'layers.*' removes every module that the default include "
+                            "('layers.?*') selects, so no trap is left to stream"),
+        (("layers.1",), ("layers.1", "head"), "--exclude 'layers.1' removes every module that "
+                                              "--include ('layers.1') selects"),
+        ((), ("layers.0", "layers.?"), "--exclude 'layers.0' --exclude 'layers.?' remove every "
+                                       "module"),
+    ],
+)  # fmt: skip
+def test_an_exclude_that_removes_every_trap_is_an_option_error(include, exclude, why):
+    from flextensor_runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _discover(models.Stack(), models.stack_inputs(), include=include, exclude=exclude)
+    assert why in str(exc.value) and "narrow the exclude pattern" in str(exc.value)

@@ -13,7 +13,7 @@ JSON shape (extra optional fields marked ?):
      "traps": [{"name": str, "compute_ms": float, "kind"?: "module"|"gap"|"manual", "calls"?: int,
                 "tensors": [{"name": str, "bytes": int, "dtype": str, "shape": [int, ...],
                              "stride"?: [int, ...], "kind"?: str, "tie"?: str,
-                             "offloadable"?: bool}]}],
+                             "offloadable"?: bool, "pin_reason"?: str}]}],
      "untrapped"?: [tensor, ...]}
 """
 
@@ -45,7 +45,8 @@ __all__ = ["Stats", "TensorStat", "TrapStat", "canonical_stats", "load_stats", "
 
 @dataclass(frozen=True)
 class TensorStat:
-    """One tensor a trap owns. `offloadable=False` pins it resident (e.g. read by other traps)."""
+    """One tensor a trap owns. `offloadable=False` pins it resident (e.g. read by other traps);
+    `pin_reason` says which rule did, when discovery recorded it."""
 
     name: str
     bytes: int
@@ -55,6 +56,7 @@ class TensorStat:
     kind: str = "parameter"
     tie: str | None = None
     offloadable: bool = True
+    pin_reason: str | None = None  # why `offloadable` is False (e.g. "the exclude pattern ...")
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,7 @@ def _tensor(doc: Any, where: str) -> TensorStat:
         kind=kind,
         tie=_tie(doc, where),
         offloadable=_flag(doc, "offloadable", where),
+        pin_reason=_str(doc, "pin_reason", where) if "pin_reason" in doc else None,
     )
 
 
@@ -327,6 +330,8 @@ def _tensor_json(t: TensorStat) -> dict[str, Any]:
                            "offloadable": t.offloadable}  # fmt: skip
     if t.tie is not None:
         doc["tie"] = t.tie
+    if t.pin_reason is not None and not t.offloadable:
+        doc["pin_reason"] = t.pin_reason
     return doc
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from flextensor_compile.emit import SOLVER_SECTION
 from flextensor_compile.planning import solve_stats
 from flextensor_compile.solve.bound import staging_bound_ms
-from flextensor_compile.solve.problem import NOT_OFFLOADABLE, over_device_memory
+from flextensor_compile.solve.problem import discovery_pin, over_device_memory
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_compile.timeline import import_pyplot
 from flextensor_compile.workers import parallel_jobs, run_calls
@@ -100,15 +100,15 @@ def stats_from_profile(profile: Profile) -> Stats:
     recorded as not offloadable stay so)."""
     section = profile.extensions.get(SOLVER_SECTION)
     pinned = section.get("pinned", {}) if isinstance(section, dict) else {}
-    fixed = (
-        {n for n, why in pinned.items() if why == NOT_OFFLOADABLE}
-        if isinstance(pinned, dict)
-        else set()
-    )
+    fixed: dict[str, str | None] = {}  # not offloadable -> discovery's reason
+    for name, why in pinned.items() if isinstance(pinned, dict) else ():
+        marked, detail = discovery_pin(why) if isinstance(why, str) else (False, None)
+        if marked:
+            fixed[name] = detail
 
     def tensor(e: TensorEntry) -> TensorStat:
         return TensorStat(e.name, e.bytes, e.dtype, e.shape, e.stride, e.kind, e.tie,
-                          offloadable=e.name not in fixed)  # fmt: skip
+                          offloadable=e.name not in fixed, pin_reason=fixed.get(e.name))  # fmt: skip
 
     traps = tuple(TrapStat(t.name, t.compute_ms, tuple(tensor(e) for e in t.tensors), t.kind,
                            t.calls) for t in profile.traps)  # fmt: skip

@@ -20,7 +20,8 @@ from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["Selection", "default_include", "is_excluded", "leaf_traps", "select_traps"]
+__all__ = ["Selection", "default_include", "excluding_pattern", "is_excluded", "leaf_traps",
+           "select_traps"]  # fmt: skip
 
 _STACK_SHARE = 0.10  # a second repeated stack joins the default include above this byte share
 _OWN_SHARE = 64  # a module is split when its own parameters are under 1/64 of its bytes
@@ -97,13 +98,19 @@ def leaf_traps(path: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def is_excluded(path: str, exclude: tuple[str, ...]) -> bool:
     """True when `path` or any of its ancestors matches an exclude pattern (class: excluded)."""
+    return excluding_pattern(path, exclude) is not None
+
+
+def excluding_pattern(path: str, exclude: tuple[str, ...]) -> str | None:
+    """The first exclude pattern that matches `path` or one of its ancestors (class: patterns
+    never do), or None."""
     parts = path.split(".")
-    return any(
-        fnmatchcase(".".join(parts[:i]), p)
-        for p in exclude
-        if not p.startswith("class:")
-        for i in range(1, len(parts) + 1)
-    )
+    for p in exclude:
+        if not p.startswith("class:") and any(
+            fnmatchcase(".".join(parts[:i]), p) for i in range(1, len(parts) + 1)
+        ):
+            return p
+    return None
 
 
 def _aliases(model: nn.Module) -> dict[str, str]:

@@ -109,6 +109,7 @@ CASES = [
     (_edited(_field("stride", [1, 1])), "tensors[0].stride: expected one non-negative int per"),
     (_edited(_field("tie", {})), "tensors[0].tie: expected the name of the tensor it shares"),
     (_edited(_field("offloadable", "no")), "tensors[0].offloadable: expected true or false"),
+    (_edited(_field("pin_reason", 7)), "tensors[0].pin_reason: expected a non-empty string"),
     (_edited(_device_kind), "device.kind: expected one of cuda, cpu, target, emulated"),
     (_edited(_dup_trap), "trap name 'blocks.0' appears twice"),
     (_edited(_dup_tensor), "tensor 'blocks.0.attn_norm.weight' is listed twice"),
@@ -203,3 +204,17 @@ def test_a_profile_with_a_timing_source_stats_cannot_record_still_re_plans(tmp_p
     for source, kept in (("measured-cpu", "measured-cpu"), ("made by hand", "stats")):
         odd = replace(profile, meta=replace(profile.meta, timing_source=source))
         assert canonical_stats(stats_from_profile(odd)).timing_source == kept
+
+
+def test_a_pin_reason_survives_the_stats_file(tmp_path: Path) -> None:
+    from flextensor_compile.stats import load_stats, save_stats
+
+    doc = json.loads(GOLDEN_STATS.read_text())
+    t = doc["traps"][1]["tensors"][0]
+    t["offloadable"], t["pin_reason"] = False, "the exclude pattern 'x' matches it"
+    source = tmp_path / "s.json"
+    source.write_text(json.dumps(doc))
+    again = load_stats(save_stats(load_stats(source), tmp_path / "again.json"))
+    assert again.traps[1].tensors[0].pin_reason == "the exclude pattern 'x' matches it"
+    plain = save_stats(load_stats(GOLDEN_STATS), tmp_path / "plain.json")
+    assert "pin_reason" not in plain.read_text()  # written only when recorded

@@ -1,11 +1,12 @@
 """Why each tensor streams or stays resident, and the block assignment table (`--explain`).
 
 Owns: per tensor its trap, placement, transfer window (the compute between the copy's issue
-and its reader, or for a resident tensor the compute of the trap before its own), its copy time
-under the device's bandwidth model, and a one-line reason (the solver's own reason for a pinned tensor, from the profile's
-`solver` section, when present); the budget left; the predicted makespan against the staging
-bound (the least any plan for the same measurements and budget can predict); and per block the
-transfers it carries in order. All of it as plain data (`explanation_json` for `--json`).
+and its reader, or for a resident tensor the window the solver gave its trap: the compute before
+it, back through gap traps), its copy time under the device's bandwidth model, and a one-line
+reason (where a streamed tensor is copied; why a resident one stays: `why_resident`); the budget
+left; the predicted makespan against the staging bound (the least any plan for the same
+measurements and budget can predict); and per block the transfers it carries in order. All of it
+as plain data (`explanation_json` for `--json`, the same reasons).
 Must not know: the CLI, rendering, how the plan was searched.
 """
 
@@ -17,9 +18,10 @@ from typing import Any
 
 from flextensor_compile.emit import SOLVER_SECTION
 from flextensor_compile.solve.bound import staging_bound_ms
-from flextensor_compile.solve.problem import TINY_RATIO, problem_from_stats
+from flextensor_compile.solve.problem import problem_from_stats
 from flextensor_compile.sweep import stats_from_profile
 from flextensor_compile.timeline import bandwidth_of
+from flextensor_compile.why_resident import PlanFacts, resident_reason, solver_window_ms
 from flextensor_runtime.errors import FlextensorError
 from flextensor_runtime.profile import Profile, TensorEntry, Transfer
 
@@ -58,34 +60,10 @@ class Explanation:
     blocks: tuple[BlockRow, ...]
 
 
-def _window_ms(profile: Profile, t: Transfer | None, order: int) -> float:
+def _window_ms(profile: Profile, t: Transfer, order: int) -> float:
     n = len(profile.traps)
-    if t is None:
-        return profile.traps[(order - 1) % n].compute_ms
     span = (order - t.issue_at) % n  # 0: an on-entry copy, no compute hides it
     return sum(profile.traps[(t.issue_at + k) % n].compute_ms for k in range(span))
-
-
-def _resident_reason(profile: Profile, e: TensorEntry, order: int, owner: dict[str, int],
-                     window: float, copy: float) -> str:  # fmt: skip
-    trap = profile.traps[order] if order >= 0 else None
-    pinned = _solver_section(profile).get("pinned", {})
-    if isinstance(pinned, dict) and isinstance(pinned.get(e.tie or e.name), str):
-        return f"kept resident: {pinned[e.tie or e.name]}"
-    if trap is None:
-        return "untrapped: no trap reads it, so it cannot be streamed"
-    if e.tie is not None and owner.get(e.tie) != order:
-        return f"tied to {e.tie!r} in another trap: ties across traps stay resident"
-    if trap.calls > 1:
-        return f"its trap runs {trap.calls} times per iteration"
-    largest = max(x.bytes for x in trap.tensors)
-    if e.bytes * TINY_RATIO < largest:
-        return f"under 1/{TINY_RATIO} of its trap's largest tensor: not worth a copy"
-    budget = profile.config.budget_bytes
-    if budget is None:
-        return f"latency mode: its copy ({copy:.3f} ms) does not fit the window ({window:.3f} ms)"
-    left = budget - profile.predicted.peak_bytes
-    return f"the budget holds without streaming it ({left} bytes left); resident avoids a copy"
 
 
 def _solver_section(profile: Profile) -> dict[str, Any]:
@@ -93,41 +71,64 @@ def _solver_section(profile: Profile) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
+def _facts(profile: Profile) -> PlanFacts:
+    section = _solver_section(profile)
+    pinned = section.get("pinned", {})
+    chosen = section.get("strategy")
+    return PlanFacts(
+        profile=profile,
+        bw=bandwidth_of(profile.device),
+        owner={e.name: o for o, trap in enumerate(profile.traps) for e in trap.tensors},
+        pinned={k: v for k, v in pinned.items() if isinstance(v, str)}
+        if isinstance(pinned, dict) else {},
+        strategy=chosen if isinstance(chosen, str) else profile.config.strategy,
+        bound_ms=bound_of(profile),
+    )  # fmt: skip
+
+
+def _streamed_reason(facts: PlanFacts, e: TensorEntry, order: int, t: Transfer | None) -> str:
+    if t is None:  # a tied alias whose canonical tensor another trap's transfer carries
+        return f"streamed with {e.tie!r}, whose storage it shares"
+    own = facts.profile.transfers_for(order)
+    part = f" (1 of {len(own)})" if len(own) > 1 else ""
+    window = _window_ms(facts.profile, t, order)
+    when = (
+        "as its trap is entered, once the bytes it overwrites are released"
+        if t.issue_at == order
+        else f"at trap {t.issue_at}: {window:.3f} ms of compute before its reader"
+    )
+    return (f"streamed in trap {order}'s copy{part} of {t.bytes} bytes "
+            f"({facts.bw.copy_ms(t.bytes):.3f} ms) into block {t.block} at byte "
+            f"{t.offset}, issued {when}")  # fmt: skip
+
+
 def explain_profile(profile: Profile) -> Explanation:
-    bw = bandwidth_of(profile.device)
-    owner = {e.name: o for o, trap in enumerate(profile.traps) for e in trap.tensors}
+    facts = _facts(profile)
+    bw = facts.bw
     rows = []
     for order, trap in enumerate(profile.traps):
         own = profile.transfers_for(order)
         for e in trap.tensors:
-            t = _carrier(own, e) if e.placement != "resident" else None
-            window = _window_ms(profile, t, order)
             copy = bw.copy_ms(e.bytes)
-            if e.placement != "resident" and t is not None:
-                part = f" (1 of {len(own)})" if len(own) > 1 else ""
-                when = (
-                    "as its trap is entered, once the bytes it overwrites are released"
-                    if t.issue_at == order
-                    else f"at trap {t.issue_at}: {window:.3f} ms of compute before its reader"
-                )
-                reason = (f"streamed in trap {order}'s copy{part} of {t.bytes} bytes "
-                          f"({bw.copy_ms(t.bytes):.3f} ms) into block {t.block} at byte "
-                          f"{t.offset}, issued {when}")  # fmt: skip
+            if e.placement != "resident":
+                t = _carrier(own, e)
+                window = _window_ms(profile, t, order) if t else solver_window_ms(profile, order)
+                reason = _streamed_reason(facts, e, order, t)
             else:
-                reason = _resident_reason(profile, e, order, owner, window, copy)
+                window = solver_window_ms(profile, order)
+                reason = resident_reason(facts, e, order)
             rows.append(TensorWhy(e.name, trap.name, e.placement, e.bytes, window, copy, reason))
     for e in profile.untrapped:
         rows.append(TensorWhy(e.name, "", e.placement, e.bytes, 0.0, bw.copy_ms(e.bytes),
-                              _resident_reason(profile, e, -1, owner, 0.0, 0.0)))  # fmt: skip
+                              resident_reason(facts, e, -1)))  # fmt: skip
     budget = profile.config.budget_bytes
-    chosen = _solver_section(profile).get("strategy")
     return Explanation(
-        strategy=chosen if isinstance(chosen, str) else profile.config.strategy,
+        strategy=facts.strategy,
         budget_bytes=budget,
         peak_bytes=profile.predicted.peak_bytes,
         budget_left_bytes=None if budget is None else budget - profile.predicted.peak_bytes,
         makespan_ms=profile.predicted.makespan_ms,
-        bound_ms=bound_of(profile),
+        bound_ms=facts.bound_ms,
         tensors=tuple(rows),
         blocks=_blocks(profile),
     )

@@ -23,6 +23,7 @@ from flextensor_runtime.cache_section import (
     parse_cache_section,
     parse_cache_spec,
 )
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.vram.section_deploy import (
@@ -117,7 +118,9 @@ def _vram_section(
     targets = section_targets(model, section, streamed_tensor_names(profile.all_tensors()))
     if not targets.wrapped:
         skipped = (
-            f" ({len(targets.skipped)} matching modules are streamed)" if targets.skipped else ""
+            f" ({count_of(len(targets.skipped), 'matching module')} streamed)"
+            if targets.skipped
+            else ""
         )
         raise ConfigError(
             f"--vram wraps no module of {type(model).__name__}{skipped}: map classes of modules "
@@ -128,8 +131,8 @@ def _vram_section(
     disk = plan_host_disk_tier(profile, stats, targets, options.host_memory_bytes)
     if disk and section.checkpoint is None:
         raise ConfigError(
-            f"--host-memory {options.host_memory_bytes} puts {len(disk)} tensors on disk but no "
-            "checkpoint serves them: pass --checkpoint model.safetensors"
+            f"--host-memory {options.host_memory_bytes} puts {count_of(len(disk), 'tensor')} on disk but "
+            "no checkpoint serves them: pass --checkpoint model.safetensors"
         )
     if disk and not os.path.exists(str(section.checkpoint)):
         raise ConfigError(

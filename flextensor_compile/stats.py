@@ -6,14 +6,14 @@ device and its bandwidth model), reading and writing `stats.json` with one-line 
 Must not know: torch (stats come from measuring, but this module only holds numbers), the solver.
 
 JSON shape (extra optional fields marked ?):
-    {"name": str, "timing_source"?: str,
+    {"name": str, "timing_source"?: one of TIMING_SOURCES (default "stats"),
      "device": {"name": str, "memory_bytes": int, "h2d_bytes_per_s": float,
                 "h2d_latency_ms"?: float, "bandwidth_curve"?: [[bytes, bytes_per_s], ...],
                 "kind"?: str},
      "traps": [{"name": str, "compute_ms": float, "kind"?: "module"|"gap"|"manual", "calls"?: int,
                 "tensors": [{"name": str, "bytes": int, "dtype": str, "shape": [int, ...],
                              "stride"?: [int, ...], "kind"?: str, "tie"?: str,
-                             "offloadable"?: bool}]}],
+                             "offloadable"?: bool, "pin_reason"?: str}]}],
      "untrapped"?: [tensor, ...]}
 """
 
@@ -32,6 +32,7 @@ from flextensor_runtime.errors import StatsFormatError
 from flextensor_runtime.profile import (
     DTYPE_ITEMSIZE,
     TENSOR_KINDS,
+    TIMING_SOURCES,
     TRAP_KINDS,
     BandwidthPoint,
     DeviceSpec,
@@ -44,7 +45,8 @@ __all__ = ["Stats", "TensorStat", "TrapStat", "canonical_stats", "load_stats", "
 
 @dataclass(frozen=True)
 class TensorStat:
-    """One tensor a trap owns. `offloadable=False` pins it resident (e.g. read by other traps)."""
+    """One tensor a trap owns. `offloadable=False` pins it resident (e.g. read by other traps);
+    `pin_reason` says which rule did, when discovery recorded it."""
 
     name: str
     bytes: int
@@ -54,6 +56,7 @@ class TensorStat:
     kind: str = "parameter"
     tie: str | None = None
     offloadable: bool = True
+    pin_reason: str | None = None  # why `offloadable` is False (e.g. "the exclude pattern ...")
 
 
 @dataclass(frozen=True)
@@ -95,15 +98,22 @@ def _num(doc: dict, key: str, where: str, kind: type = float, required: bool = T
     if not _in_range(v, kind, lo, hi):
         top = _top(kind, hi)
         span = f"[{lo}, {top}]" if kind is int else f"[{lo:g}, {top:g}]"
-        raise _err(f"{where}.{key}", f"expected {kind.__name__} in {span}, got {v!r:.40}")
+        raise _err(f"{where}.{key}", f"expected {kind.__name__} in {span}, got {_shown(v)}")
     return kind(v)
+
+
+def _shown(v: Any) -> str:
+    """A bad value as the message quotes it: at most 40 characters, a long int by its size."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**30:
+        return f"a {len(str(abs(v)))}-digit number"
+    return f"{v!r:.40}"
 
 
 def _in_range(v: Any, kind: type, lo: float, hi: float | None = None) -> bool:
     ok = isinstance(v, (int, float)) if kind is float else isinstance(v, int)
-    if not ok or isinstance(v, bool) or not math.isfinite(float(v)):
+    if not ok or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v)):
         return False
-    return lo <= v <= _top(kind, hi)
+    return lo <= v <= _top(kind, hi)  # exact for ints of any size (10**400 is out, not an error)
 
 
 def _top(kind: type, hi: float | None) -> float:
@@ -151,6 +161,7 @@ def _tensor(doc: Any, where: str) -> TensorStat:
         kind=kind,
         tie=_tie(doc, where),
         offloadable=_flag(doc, "offloadable", where),
+        pin_reason=_str(doc, "pin_reason", where) if "pin_reason" in doc else None,
     )
 
 
@@ -248,11 +259,19 @@ def stats_from_json(doc: Any) -> Stats:
         device=_device(doc.get("device")),
         traps=tuple(_trap(t, f"traps[{i}]") for i, t in enumerate(traps)),
         untrapped=tuple(_tensor(t, f"untrapped[{i}]") for i, t in enumerate(untrapped)),
-        timing_source=_str({"timing_source": "stats", **doc}, "timing_source", "file"),
+        timing_source=_timing_source(doc),
     )
     _check_names(stats)
     _check_total(stats)
     return stats
+
+
+def _timing_source(doc: dict) -> str:
+    source = _str({"timing_source": "stats", **doc}, "timing_source", "file")
+    if source not in TIMING_SOURCES:
+        raise _err("file.timing_source", f"expected one of {', '.join(TIMING_SOURCES)}, got "
+                   f"{source!r:.40}")  # fmt: skip
+    return source
 
 
 def _check_total(stats: Stats) -> None:
@@ -277,10 +296,32 @@ def _check_names(stats: Stats) -> None:
         if t.name in names:
             raise _err("tensors", f"tensor {t.name!r} is listed twice")
         names.add(t.name)
-    canonical = {t.name for t in tensors if t.tie is None}
+    tie_of = {t.name: t.tie for t in tensors}
     for t in tensors:
-        if t.tie is not None and t.tie not in canonical:
-            raise _err("tensors", f"tensor {t.name!r} is tied to {t.tie!r}, not a listed tensor")
+        if t.tie is None or tie_of.get(t.tie, t.tie) is None:
+            continue
+        if t.tie == t.name:
+            raise _err("tensors", f"tensor {t.name!r} is tied to itself; drop its tie (a tie "
+                       "names the other tensor that holds the same storage)")  # fmt: skip
+        if t.tie not in tie_of:
+            raise _err("tensors", f"tensor {t.name!r} is tied to {t.tie!r}, not a listed tensor; "
+                       "list it or drop the tie")  # fmt: skip
+        root = _tie_root(t.tie, tie_of)
+        fix = f"tie {t.name!r} to {root!r}" if root else "give one of them no tie"
+        raise _err("tensors", f"tensor {t.name!r} is tied to {t.tie!r}, which is itself tied to "
+                   f"{tie_of[t.tie]!r}; a tie names an untied tensor: {fix}")  # fmt: skip
+
+
+def _tie_root(name: str, tie_of: dict[str, str | None]) -> str | None:
+    """The untied tensor a chain of ties from `name` ends at (None: the chain loops or leaves
+    the listed tensors)."""
+    seen = set()
+    while (nxt := tie_of.get(name)) is not None:
+        if name in seen:
+            return None
+        seen.add(name)
+        name = nxt
+    return name if name in tie_of else None
 
 
 def _tensor_json(t: TensorStat) -> dict[str, Any]:
@@ -289,6 +330,8 @@ def _tensor_json(t: TensorStat) -> dict[str, Any]:
                            "offloadable": t.offloadable}  # fmt: skip
     if t.tie is not None:
         doc["tie"] = t.tie
+    if t.pin_reason is not None and not t.offloadable:
+        doc["pin_reason"] = t.pin_reason
     return doc
 
 

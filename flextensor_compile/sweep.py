@@ -20,12 +20,12 @@ from pathlib import Path
 from flextensor_compile.emit import SOLVER_SECTION
 from flextensor_compile.planning import solve_stats
 from flextensor_compile.solve.bound import staging_bound_ms
-from flextensor_compile.solve.problem import NOT_OFFLOADABLE, over_device_memory
+from flextensor_compile.solve.problem import discovery_pin, over_device_memory
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_compile.timeline import import_pyplot
 from flextensor_compile.workers import parallel_jobs, run_calls
 from flextensor_runtime.errors import BudgetError, ConfigError
-from flextensor_runtime.profile import PlanConfig, Profile, TensorEntry
+from flextensor_runtime.profile import TIMING_SOURCES, PlanConfig, Profile, TensorEntry
 
 __all__ = ["NO_FIT", "OVER_MEMORY", "SweepPoint", "parse_fractions", "plot_sweep",
            "slower_than_smaller", "smallest_near_fastest", "stats_from_profile", "sweep",
@@ -101,20 +101,22 @@ def stats_from_profile(profile: Profile) -> Stats:
     recorded as not offloadable stay so)."""
     section = profile.extensions.get(SOLVER_SECTION)
     pinned = section.get("pinned", {}) if isinstance(section, dict) else {}
-    fixed = (
-        {n for n, why in pinned.items() if why == NOT_OFFLOADABLE}
-        if isinstance(pinned, dict)
-        else set()
-    )
+    fixed: dict[str, str | None] = {}  # not offloadable -> discovery's reason
+    for name, why in pinned.items() if isinstance(pinned, dict) else ():
+        marked, detail = discovery_pin(why) if isinstance(why, str) else (False, None)
+        if marked:
+            fixed[name] = detail
 
     def tensor(e: TensorEntry) -> TensorStat:
         return TensorStat(e.name, e.bytes, e.dtype, e.shape, e.stride, e.kind, e.tie,
-                          offloadable=e.name not in fixed)  # fmt: skip
+                          offloadable=e.name not in fixed, pin_reason=fixed.get(e.name))  # fmt: skip
 
     traps = tuple(TrapStat(t.name, t.compute_ms, tuple(tensor(e) for e in t.tensors), t.kind,
                            t.calls) for t in profile.traps)  # fmt: skip
+    source = profile.meta.timing_source  # one a stats file cannot record (a profile made by
+    source = source if source in TIMING_SOURCES else "stats"  # hand) is re-solved as "stats"
     return Stats(profile.meta.command or "profile", profile.device, traps,
-                 tuple(tensor(e) for e in profile.untrapped), profile.meta.timing_source)  # fmt: skip
+                 tuple(tensor(e) for e in profile.untrapped), source)  # fmt: skip
 
 
 def weight_bytes(stats: Stats) -> int:

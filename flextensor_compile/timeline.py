@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flextensor_compile.solve import BandwidthModel, CopyJob, Simulation, simulate
-from flextensor_compile.units import printable
+from flextensor_compile.units import count_of, printable
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import DeviceSpec, Profile
 
@@ -73,7 +73,7 @@ def plot_timeline(
     ax.set_yticks([0.5, 1.5], ["copy (colour = block)", "compute (red = stall)"])
     ax.set_xlabel("ms")
     ax.set_title(f"{_plain(profile.meta.command or 'profile')}: makespan {sim.makespan_ms:.2f} ms, "
-                 f"stall {sim.stall_ms:.2f} ms, {len(profile.schedule)} copies")  # fmt: skip
+                 f"stall {sim.stall_ms:.2f} ms, {count_of(len(profile.schedule), 'copy')}")  # fmt: skip
     ax.set_xlim(0.0, sim.makespan_ms)
     fig.tight_layout()
     target = Path(path)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from flextensor_compile.planning import solve_stats
 from flextensor_compile.solve import Plan, Problem, exposed_call_ms, prefer_leaves
 from flextensor_compile.stats import Stats, canonical_stats
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.model_tensors import owner_path
 from flextensor_runtime.profile import PlanConfig
@@ -44,8 +45,8 @@ def _cost_ms(solved: Solved) -> float:
 def _describe(kept: str, modules: Solved | None, leaves: Solved | None, n: tuple[int, int]) -> str:
     def one(what: str, solved: Solved | None, traps: int) -> str:
         if solved is None:
-            return f"{what} ({traps} traps) fit no plan"
-        return f"{what} ({traps} traps) predict {_cost_ms(solved):.3f} ms"
+            return f"{what} ({count_of(traps, 'trap')}) fit no plan"
+        return f"{what} ({count_of(traps, 'trap')}) predict {_cost_ms(solved):.3f} ms"
 
     noun = {"modules": "module", "leaves": "leaf"}[kept]
     return (f"granularity auto: kept {noun} traps; {one('modules', modules, n[0])}, "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import ConfigError
 
 __all__ = ["count_of", "format_bytes", "format_fraction", "format_ms", "format_rate", "parse_rate",
@@ -24,33 +25,47 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.
 
 def parse_size(text: str, what: str = "size") -> int:
     """`"6GiB"` -> 6442450944; plain numbers are bytes. Raises ConfigError naming the value."""
-    m = _SIZE.match(str(text))
+    return _amount(str(text), str(text), what, rate=False)
+
+
+def parse_rate(text: str, what: str = "bandwidth") -> float:
+    """`"24GB/s"` -> 24e9 bytes per second (the `/s` is optional; plain numbers are bytes per
+    second). Raises ConfigError naming the value, with rates to write instead."""
+    raw = str(text).strip()
+    body = raw[:-2] if raw.lower().endswith("/s") else raw
+    return float(_amount(body, str(text), what, rate=True))
+
+
+def _amount(body: str, text: str, what: str, rate: bool) -> int:
+    """A whole number of bytes (per second, for a `rate`) from `body`; `text` is the value as
+    typed, for the message."""
+    if rate:
+        kind, plain, one, limit = "rate", "bytes per second", "one byte per second", "1 PiB/s"
+        examples, fractional = "e.g. 24GB/s, 12GiB/s, 2.5e10", "1.5GB/s"
+    else:
+        kind, plain, one, limit = "size", "bytes", "one byte", "1 PiB"
+        examples, fractional = "e.g. 6GiB, 500MB, 1.5e9", "1.5GiB"
+    m = _SIZE.match(body)
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS:
         raise ConfigError(
-            f"{what} {text!r} is not a size; write bytes or a number with a unit, e.g. 6GiB, "
-            "500MB, 1.5e9"
+            f"{what} {text!r} is not a {kind}; write {plain} or a number with a unit, {examples}"
         )
     value = float(m.group(1)) * _UNITS[unit]
     if 0 < value < 1:
         hint = "; for a fraction of device memory use --mem-fraction" if what == "--budget" else ""
         raise ConfigError(
-            f"{what} {text!r} is less than one byte: sizes are bytes or a number with a unit, "
-            f"e.g. 6GiB{hint}"
+            f"{what} {text!r} is less than {one}: {kind}s are {plain} or a number with a unit, "
+            f"{examples.split(',')[0]}{hint}"
         )
     if value <= 0 or value > 2**50:
-        raise ConfigError(f"{what} {text!r} is out of range; give a positive size up to 1 PiB")
+        raise ConfigError(
+            f"{what} {text!r} is out of range; give a positive {kind} up to {limit}, {examples}"
+        )
     if _UNITS[unit] == 1 and value != int(value):
-        raise ConfigError(f"{what} {text!r} is not a whole number of bytes; give bytes, or a "
-                          "number with a unit, e.g. 1.5GiB")  # fmt: skip
+        raise ConfigError(f"{what} {text!r} is not a whole number of {plain}; give {plain}, or a "
+                          f"number with a unit, e.g. {fractional}")  # fmt: skip
     return int(value)
-
-
-def parse_rate(text: str, what: str = "bandwidth") -> float:
-    """`"24GB/s"` -> 24e9 bytes per second (the `/s` is optional)."""
-    raw = str(text).strip()
-    body = raw[:-2] if raw.lower().endswith("/s") else raw
-    return float(parse_size(body, what))
 
 
 def format_bytes(n: int | float | None) -> str:
@@ -77,13 +92,6 @@ def format_ms(ms: float) -> str:
 def format_fraction(f: float) -> str:
     """A budget fraction: 2 decimals ("0.20"), more when it has them ("0.125", not "0.12")."""
     return f"{f:.2f}" if abs(f * 100 - round(f * 100)) < 1e-9 else f"{f:.4g}"
-
-
-def count_of(n: int, noun: str) -> str:
-    """`1 block`, `2 blocks`, `0 copies`: a count and its noun (plural by -s, -y -> -ies)."""
-    if n == 1:
-        return f"1 {noun}"
-    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
 
 
 def format_rate(bytes_per_s: float) -> str:

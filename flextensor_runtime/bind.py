@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import ProfileMismatchError
 from flextensor_runtime.model_tensors import TensorDiff, diff_tensors, model_tensor_entries
 from flextensor_runtime.profile import Profile, TensorEntry
@@ -146,7 +147,7 @@ def _trap_modules(profile: Profile, model: nn.Module) -> dict[str, nn.Module]:
     if absent:
         more = f" (+{len(absent) - 3} more)" if len(absent) > 3 else ""
         raise ProfileMismatchError(
-            f"the profile traps {len(absent)} modules this model lacks: "
+            f"the profile traps {count_of(len(absent), 'module')} this model lacks: "
             f"{', '.join(absent[:3])}{more}; recompile it for this model with `ftc profile`"
         )
     return modules

@@ -19,6 +19,7 @@ from typing import Any, Union
 import torch
 from safetensors import safe_open
 
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.device_names import usable_device
 from flextensor_runtime.errors import ConfigError, DiskMapError
 
@@ -62,7 +63,7 @@ def _index_files(index: Path) -> dict[str, Path]:
     missing = sorted({str(f) for f in files.values() if not f.is_file()})
     if missing:
         raise DiskMapError(
-            f"{index} names {len(missing)} missing shard(s), e.g. {missing[0]}: restore the "
+            f"{index} names {count_of(len(missing), 'missing shard')}, e.g. {missing[0]}: restore the "
             "files or pass the index of a complete checkpoint"
         )
     return files

@@ -20,6 +20,7 @@ from torch import nn
 from flextensor_runtime.backend import DeviceBackend
 from flextensor_runtime.bind import Binding, TensorRef
 from flextensor_runtime.call_guard import guard_owner_calls
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import InstallError, ModelFileError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.lazy_load import Checkpoint
@@ -99,8 +100,10 @@ class _Installer:
                    if refs[0].tensor.device.type == "meta" and _source_name(c, self.names, self.ckpt) is None]  # fmt: skip
         if missing:
             more = f" (+{len(missing) - 3} more)" if len(missing) > 3 else ""
+            are = "is" if len(missing) == 1 else "are"
             raise ModelFileError(
-                f"{len(missing)} tensors are on the meta device and not in the checkpoint: "
+                f"{count_of(len(missing), 'tensor')} {are} on the meta device and not in the "
+                "checkpoint: "
                 f"{', '.join(missing[:3])}{more}; pass checkpoint= with every weight, or build "
                 "those tensors on a real device"
             )

@@ -15,6 +15,7 @@ from enum import Enum
 
 import torch
 
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import ConfigError, TokenPruneError
 
 __all__ = [
@@ -144,7 +145,7 @@ def _checked_velocity(
             tuple(velocity.shape) if isinstance(velocity, torch.Tensor) else type(velocity).__name__
         )
         raise ConfigError(
-            f"method 'velocity' needs previous_velocity with {length} tokens on dim {dim}, "
+            f"method 'velocity' needs previous_velocity with {count_of(length, 'token')} on dim {dim}, "
             f"got {got}; pass the previous step's velocity for the same tokens"
         )
     if velocity.is_meta and not hidden_states.is_meta:
@@ -203,7 +204,7 @@ def _segment(length: int, start: int, end: int | None) -> int:
     ints = _is_index(start) and _is_index(stop)
     if not ints or not 0 <= start < stop <= length:
         raise ConfigError(
-            f"token segment [start={start}, end={end}) is invalid for {length} tokens; "
+            f"token segment [start={start}, end={end}) is invalid for {count_of(length, 'token')}; "
             "pass 0 <= start < end <= sequence length"
         )
     return stop
@@ -290,7 +291,7 @@ def restore_tokens(
     if processed.dim() <= dim or processed.shape[dim] != state.compact_length:
         raise TokenPruneError(
             f"processed tensor of shape {tuple(processed.shape)} does not have "
-            f"{state.compact_length} tokens on dim {dim}; pass the output for the pruned input"
+            f"{count_of(state.compact_length, 'token')} on dim {dim}; pass the output for the pruned input"
         )
     kept = processed.narrow(dim, state.start, state.count)
     segment = _base_segment(processed, state, compensation).index_copy(

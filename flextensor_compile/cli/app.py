@@ -87,9 +87,9 @@ def _leave_model_threads(code: int) -> None:
             if t is not threading.main_thread() and not t.daemon and t.is_alive()]  # fmt: skip
     if not left:
         return
-    from flextensor_compile.units import printable
+    from flextensor_compile.units import count_of, printable
 
-    print(f"ftc: note: not waiting for {len(left)} thread(s) the model file started and left "
+    print(f"ftc: note: not waiting for {count_of(len(left), 'thread')} the model file started and left "
           f"running ({printable(', '.join(left[:3]))}); exiting", file=sys.stderr)  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()

@@ -112,7 +112,9 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
     if "caches" in sections:
         print(f"caches section: {sections['caches']['policy']} on {sections['caches']['module']!r}")
     if "vram" in sections:
-        print(f"vram section: {sections['vram']['disk_tensors']} tensors served from disk")
+        print(
+            f"vram section: {count_of(sections['vram']['disk_tensors'], 'tensor')} served from disk"
+        )
 
 
 def profile(

@@ -84,7 +84,7 @@ def _summary(doc: dict[str, Any]) -> Table:
     grid.add_column(style="bold")
     grid.add_column()
     rows = [
-        ("model", f"{doc['model']['tensor_count']} tensors, "
+        ("model", f"{count_of(doc['model']['tensor_count'], 'tensor')}, "
                   f"{format_bytes(doc['model']['total_bytes'])}  [dim]{safe(doc['model']['digest'][:16])}[/]"),
         ("device", f"{safe(dev['name'])} ({safe(dev['kind'])}), "
                    f"{format_bytes(memory) if memory > 0 else 'device memory unknown'}, "

@@ -24,7 +24,7 @@ from flextensor_compile.discover.reads import ReadRecorder
 from flextensor_compile.discover.slots import SlotPlan, attribute, drop_traps, plan_slots
 from flextensor_compile.model_file import Inputs, call_run, inputs_on
 from flextensor_compile.stats import TensorStat
-from flextensor_runtime.errors import ModelFileError
+from flextensor_runtime.errors import ConfigError, ModelFileError
 from flextensor_runtime.model_tensors import iter_model_tensors, model_tensor_entries
 from flextensor_runtime.profile import TensorEntry
 
@@ -147,6 +147,8 @@ def discover(
     nested = {e.name for e in hooks.events if e.kind == "nested"}
     events = drop_traps(hooks.events, nested)
     plan = plan_slots(events, hooks.manual_names)
+    if not plan.traps and not sel.traps and sel.excluded_by:
+        raise _excluded_all(sel)
     if not plan.traps:
         raise ModelFileError(
             f"{source}: no trap ran during the forward: {_why_no_trap(model, sel)}"
@@ -174,9 +176,6 @@ def _why_no_trap(model: nn.Module, sel: Selection) -> str:
     if not any(True for _ in model.named_children()):
         return ("the model has no submodules to trap (one layer); offloading streams the "
                 "weights of the layers a model is built of: wrap it in a module of layers")  # fmt: skip
-    if not sel.traps and sel.exclude:
-        return (f"--exclude {', '.join(sel.exclude)} removes every module the patterns "
-                f"({patterns}) select; narrow --exclude")  # fmt: skip
     containers = [p for p in sel.traps
                   if isinstance(model.get_submodule(p), (nn.ModuleList, nn.ModuleDict))]  # fmt: skip
     if containers:
@@ -186,6 +185,18 @@ def _why_no_trap(model: nn.Module, sel: Selection) -> str:
     return (
         f"the modules the patterns ({patterns}) select never ran; pass --include patterns "
         "that name modules the forward calls"
+    )
+
+
+def _excluded_all(sel: Selection) -> ConfigError:
+    """The exclude patterns removed every module the include patterns chose: an option error."""
+    named = " ".join(f"--exclude {p!r}" for p in sel.excluded_by)
+    verb = "removes" if len(sel.excluded_by) == 1 else "remove"
+    chose = ", ".join(repr(p) for p in sel.include)
+    source = "the default include" if sel.default else "--include"
+    return ConfigError(
+        f"{named} {verb} every module that {source} ({chose}) selects, so no trap is left to "
+        "stream; narrow the exclude pattern, or pass --include for the modules to stream"
     )
 
 

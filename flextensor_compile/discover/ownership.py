@@ -11,7 +11,9 @@ Owns the rules:
   pattern covers it, its trap runs in every iteration with back-to-back calls only, and no other
   trap (nor code outside traps) reads it;
 - tie groups and inner fields with their parent move together: if the members of a group are in
-  different traps, or any member must stay, all stay resident.
+  different traps, or any member must stay, all stay resident;
+- a tensor that may not stream carries the first rule that pins it (`TensorStat.pin_reason`,
+  e.g. the exclude pattern that matches it), so `ftc inspect --explain` can say which.
 Must not know: torch, timing, the profile wire format.
 """
 
@@ -21,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from flextensor_compile.discover.patterns import Selection, is_excluded
+from flextensor_compile.discover.patterns import Selection, excluding_pattern
 from flextensor_compile.discover.slots import SlotPlan
 from flextensor_compile.stats import TensorStat
 from flextensor_runtime.profile import TensorEntry
@@ -49,9 +51,10 @@ def _owner(name: str, traps: set[str]) -> str | None:
     return None
 
 
-def _stat(e: TensorEntry, offloadable: bool) -> TensorStat:
+def _stat(e: TensorEntry, offloadable: bool, why: str | None = None) -> TensorStat:
     return TensorStat(name=e.name, bytes=e.bytes, dtype=e.dtype, shape=e.shape, stride=e.stride,
-                      kind=e.kind, tie=e.tie, offloadable=offloadable)  # fmt: skip
+                      kind=e.kind, tie=e.tie, offloadable=offloadable,
+                      pin_reason=None if offloadable else why)  # fmt: skip
 
 
 def _groups(entries: Iterable[TensorEntry]) -> dict[str, str]:
@@ -86,14 +89,38 @@ def _selected(e: TensorEntry, trap: str, sel: Selection, plan: SlotPlan) -> bool
     return only is None or base in only or e.name in only
 
 
+def _pin_reason(e: TensorEntry, trap: str, sel: Selection, plan: SlotPlan,
+                others: tuple[str, ...]) -> str | None:  # fmt: skip
+    """Why a trapped tensor may not stream, by the first rule that pins it (None: it may)."""
+    if not _selected(e, trap, sel, plan):
+        if e.kind == "buffer":
+            return (f"it is a buffer, and buffers stay resident unless an include pattern names "
+                    f"them (add --include {e.name!r} to the include patterns)")  # fmt: skip
+        return f"the parameter-level pattern that selects trap {trap!r} does not name it"
+    pattern = excluding_pattern(e.name, sel.exclude)
+    if pattern is not None:
+        return f"the exclude pattern {pattern!r} matches it"
+    if trap in plan.conditional:
+        return f"its trap {trap!r} does not run in every iteration"
+    calls = plan.calls.get(trap, 1)
+    if calls != 1 and trap not in plan.contiguous:
+        return f"its trap {trap!r} runs {calls} times per iteration with other work between"
+    if others:
+        more = " ..." if len(others) > 2 else ""
+        return f"it is read outside its trap {trap!r} too (by {', '.join(others[:2])}{more})"
+    return None
+
+
 def _place(
     entries: list[TensorEntry], sel: Selection, plan: SlotPlan, reads: dict[str, set[str | None]]
-) -> tuple[dict[str, str | None], dict[str, bool], dict[str, tuple[str, ...]], dict[str, str]]:
-    """Each tensor's trap (None: untrapped) and whether it may stream, before group rules."""
+) -> tuple[dict[str, str | None], dict[str, str | None], dict[str, tuple[str, ...]],
+           dict[str, str]]:  # fmt: skip
+    """Each tensor's trap (None: untrapped) and, before group rules, why it may not stream
+    (None: it may; "" for an untrapped one)."""
     traps = set(plan.traps)
     module_traps = {t for t in traps if plan.kinds[t] == "module"}
     home: dict[str, str | None] = {}
-    ok: dict[str, bool] = {}
+    why: dict[str, str | None] = {}
     cross: dict[str, tuple[str, ...]] = {}
     moved: dict[str, str] = {}
     for e in entries:
@@ -107,26 +134,20 @@ def _place(
                 trap = moved[e.name] = reader
         home[e.name] = trap
         if trap is None:
-            ok[e.name] = False
+            why[e.name] = ""
             continue
-        others = readers - {trap}
+        others = tuple(sorted("(outside traps)" if r is None else r for r in readers - {trap}))
         if others:
-            cross[e.name] = tuple(sorted("(outside traps)" if r is None else r for r in others))
-        ok[e.name] = (
-            _selected(e, trap, sel, plan)
-            and not is_excluded(e.name, sel.exclude)
-            and trap not in plan.conditional
-            and (plan.calls.get(trap, 1) == 1 or trap in plan.contiguous)
-            and not others
-        )
-    return home, ok, cross, moved
+            cross[e.name] = others
+        why[e.name] = _pin_reason(e, trap, sel, plan, others)
+    return home, why, cross, moved
 
 
 def _apply_groups(
-    entries: list[TensorEntry], home: dict[str, str | None], ok: dict[str, bool]
+    entries: list[TensorEntry], home: dict[str, str | None], why: dict[str, str | None]
 ) -> list[str]:
-    """Pin every member of a group that is split over traps or has a pinned member; returns the
-    roots of split groups."""
+    """Pin every member of a group that is split over traps or has a pinned member (with the
+    reason); returns the roots of split groups."""
     members: dict[str, list[str]] = defaultdict(list)
     for name, root in _groups(entries).items():
         members[root].append(name)
@@ -135,10 +156,21 @@ def _apply_groups(
         spread = len({home[n] for n in names}) > 1
         if spread:
             split.append(root)
-        if spread or not all(ok[n] for n in names):
-            for n in names:
-                ok[n] = False
+        pinned = [n for n in names if why[n] is not None]
+        if not spread and not pinned:
+            continue
+        for n in names:
+            if spread:
+                where = ", ".join(f"{m!r} ({_place_of(home[m])})" for m in names if m != n)
+                why[n] = (f"it shares storage with {where}, and tied tensors split over traps "
+                          "stay resident")  # fmt: skip
+            elif why[n] is None:
+                why[n] = f"it moves with {pinned[0]!r}, which stays resident ({why[pinned[0]]})"
     return split
+
+
+def _place_of(trap: str | None) -> str:
+    return "untrapped" if trap is None else f"trap {trap!r}"
 
 
 def assign_tensors(
@@ -148,15 +180,15 @@ def assign_tensors(
     reads: dict[str, set[str | None]],
 ) -> Assignment:
     """Apply the ownership rules above to every tensor of the model."""
-    home, ok, cross, moved = _place(entries, sel, plan, reads)
-    split = _apply_groups(entries, home, ok)
+    home, why, cross, moved = _place(entries, sel, plan, reads)
+    split = _apply_groups(entries, home, why)
     by_trap: dict[str, list[TensorStat]] = {t: [] for t in plan.traps}
     untrapped: list[TensorStat] = []
     for e in entries:
         trap = home[e.name]
-        stat = _stat(e, ok[e.name])
+        stat = _stat(e, why[e.name] is None, why[e.name] or None)
         if trap is None:
-            untrapped.append(replace(stat, offloadable=False))
+            untrapped.append(replace(stat, offloadable=False, pin_reason=None))
         else:
             by_trap[trap].append(stat)
     return Assignment(

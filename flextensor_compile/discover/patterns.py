@@ -20,7 +20,8 @@ from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["Selection", "default_include", "is_excluded", "leaf_traps", "select_traps"]
+__all__ = ["Selection", "default_include", "excluding_pattern", "is_excluded", "leaf_traps",
+           "select_traps"]  # fmt: skip
 
 _STACK_SHARE = 0.10  # a second repeated stack joins the default include above this byte share
 _OWN_SHARE = 64  # a module is split when its own parameters are under 1/64 of its bytes
@@ -41,6 +42,7 @@ class Selection:
     include: tuple[str, ...]
     exclude: tuple[str, ...]
     default: bool
+    excluded_by: tuple[str, ...] = ()  # exclude patterns that removed a module include chose
 
 
 def _match(pattern: str, path: str, module: nn.Module | None = None) -> bool:
@@ -96,13 +98,19 @@ def leaf_traps(path: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def is_excluded(path: str, exclude: tuple[str, ...]) -> bool:
     """True when `path` or any of its ancestors matches an exclude pattern (class: excluded)."""
+    return excluding_pattern(path, exclude) is not None
+
+
+def excluding_pattern(path: str, exclude: tuple[str, ...]) -> str | None:
+    """The first exclude pattern that matches `path` or one of its ancestors (class: patterns
+    never do), or None."""
     parts = path.split(".")
-    return any(
-        fnmatchcase(".".join(parts[:i]), p)
-        for p in exclude
-        if not p.startswith("class:")
-        for i in range(1, len(parts) + 1)
-    )
+    for p in exclude:
+        if not p.startswith("class:") and any(
+            fnmatchcase(".".join(parts[:i]), p) for i in range(1, len(parts) + 1)
+        ):
+            return p
+    return None
 
 
 def _aliases(model: nn.Module) -> dict[str, str]:
@@ -173,8 +181,10 @@ def select_traps(
     kept = [path for path in chosen if _kept(path, by_path[path], exclude)]
     outermost = [p for p in kept if not any(p.startswith(q + ".") for q in kept)]
     only = {p: chosen[p] for p in outermost}
+    removed = [(p, by_path[p]) for p in chosen if p not in kept]
     if leaves:
-        only = _refined(only, by_path, exclude)
+        only, dropped = _refined(only, by_path, exclude)
+        removed += dropped
     order = {p: i for i, (p, _) in enumerate(model.named_modules(remove_duplicate=False))}
     return Selection(
         traps=tuple(sorted(only, key=order.__getitem__)),
@@ -183,6 +193,7 @@ def select_traps(
         include=tuple(patterns),
         exclude=tuple(exclude),
         default=default,
+        excluded_by=tuple(x for x in exclude if any(not _kept(p, m, (x,)) for p, m in removed)),
     )
 
 
@@ -209,10 +220,11 @@ def _refined(
     only: dict[str, frozenset[str] | None],
     by_path: dict[str, nn.Module],
     exclude: tuple[str, ...],
-) -> dict[str, frozenset[str] | None]:
-    """Module-level traps replaced by their leaf traps (excluded leaves dropped); parameter-level
-    traps kept as they are."""
+) -> tuple[dict[str, frozenset[str] | None], list[tuple[str, nn.Module]]]:
+    """Module-level traps replaced by their leaf traps, and the excluded leaves dropped;
+    parameter-level traps kept as they are."""
     out: dict[str, frozenset[str] | None] = {}
+    dropped: list[tuple[str, nn.Module]] = []
     for path, names in only.items():
         if names is not None:
             out[path] = names
@@ -220,4 +232,6 @@ def _refined(
         for leaf, module in leaf_traps(path, by_path[path]):
             if _kept(leaf, module, exclude):
                 out[leaf] = None
-    return out
+            else:
+                dropped.append((leaf, module))
+    return out, dropped

@@ -4,7 +4,8 @@ Owns the rules: `--target NAME` -> the built-in table, compute times from the ro
 timing forwards); a meta-device model needs a target; a CUDA GPU (when present and allowed) ->
 its memory and a measured pinned-copy curve, CUDA-event timing; otherwise timing on the CPU, and
 unless `--device-memory` / `--bandwidth` say otherwise an emulated device whose memory equals
-the model's weight bytes and whose copy rate is the measured host copy rate (said in one line).
+the model's weight bytes and whose copy rate is the measured host copy rate (a note says which
+figures were given and which stand in, unless both were given).
 Must not know: models, traps, the solver.
 """
 
@@ -62,15 +63,29 @@ def _cpu(config: OffloadConfig, weight_bytes: int) -> DeviceChoice:
         bandwidth_curve=curve.points if curve else (),
         kind="emulated" if emulated else "cpu",
     )
-    note = None
-    if emulated:
-        why = "timing on the CPU (--device cpu)" if torch.cuda.is_available() else "no GPU"
-        note = (
-            f"{why} and no --target: planning for an emulated device with "
-            f"{format_bytes(spec.memory_bytes)} (the model's weight bytes) and host copies at "
-            f"{format_rate(rate)}; pass --target or --device-memory to plan for a real GPU"
-        )
-    return DeviceChoice(spec, torch.device("cpu"), "measured-cpu", note=note)
+    return DeviceChoice(spec, torch.device("cpu"), "measured-cpu", note=_cpu_note(config, spec))
+
+
+def _cpu_note(config: OffloadConfig, spec: DeviceSpec) -> str | None:
+    """What the plan's device is made of when nothing times on a GPU: the memory (the model's
+    weight bytes, or `--device-memory`) and the copy rate (`--bandwidth`, or the host's own
+    copies, which are no GPU's link); None when both were given."""
+    given = config.h2d_bytes_per_s is not None
+    if given and config.device_memory_bytes is not None:
+        return None
+    why = "timing on the CPU (--device cpu)" if torch.cuda.is_available() else "no GPU"
+    rate = format_rate(spec.h2d_bytes_per_s)
+    copies = (
+        f"copies at {rate} (--bandwidth)" if given else f"copies at {rate} (host memory copies)"
+    )
+    if config.device_memory_bytes is None:
+        fix = "--device-memory" if given else "--device-memory and --bandwidth"
+        return (f"{why} and no --target: planning for an emulated device with "
+                f"{format_bytes(spec.memory_bytes)} (the model's weight bytes) and {copies}; "
+                f"pass --target, or {fix}, to plan for a real GPU")  # fmt: skip
+    return (f"{why} and no --target: planning for {format_bytes(spec.memory_bytes)} of device "
+            f"memory (--device-memory) and {copies}; pass "
+            "--bandwidth with the GPU's host-to-device rate, e.g. 24GB/s, or --target")  # fmt: skip
 
 
 def choose_device(config: OffloadConfig, weight_bytes: int, meta: bool) -> DeviceChoice:

@@ -15,6 +15,7 @@ from functools import cached_property
 from flextensor_compile.solve.assign import ASSIGNMENTS
 from flextensor_compile.solve.bandwidth import BandwidthModel
 from flextensor_compile.stats import Stats, TensorStat
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import ConfigError, StatsFormatError
 from flextensor_runtime.profile import PlanConfig
 
@@ -25,6 +26,8 @@ __all__ = [
     "Problem",
     "TrapSpec",
     "align_up",
+    "discovery_pin",
+    "not_offloadable",
     "over_device_memory",
     "problem_from_stats",
 ]
@@ -106,6 +109,20 @@ class Problem:
         return sum(it.bytes for t in self.traps for it in t.items)
 
 
+def not_offloadable(detail: str | None) -> str:
+    """The pin reason of an `offloadable=False` tensor: `NOT_OFFLOADABLE`, then discovery's
+    reason when it recorded one (`"marked not offloadable: the exclude pattern 'x' matches it"`)."""
+    return f"{NOT_OFFLOADABLE}: {detail}" if detail else NOT_OFFLOADABLE
+
+
+def discovery_pin(reason: str) -> tuple[bool, str | None]:
+    """Whether `reason` is one `not_offloadable` made, and its detail (None: the bare reason)."""
+    prefix = f"{NOT_OFFLOADABLE}: "
+    if reason == NOT_OFFLOADABLE or not reason.startswith(prefix):
+        return reason == NOT_OFFLOADABLE, None
+    return True, reason.removeprefix(prefix)
+
+
 def _pin_reasons(stats: Stats) -> dict[str, str]:
     """Canonical tensor name -> why it must stay resident (absent: streamable)."""
     owner: dict[str, int] = {}
@@ -119,7 +136,7 @@ def _pin_reasons(stats: Stats) -> dict[str, str]:
             if trap.calls > 1:
                 reasons.setdefault(canon, f"its trap runs {trap.calls} times per iteration")
             if not t.offloadable:
-                reasons.setdefault(canon, NOT_OFFLOADABLE)
+                reasons.setdefault(canon, not_offloadable(t.pin_reason))
             if t.tie is not None and owner.get(t.tie) != order:
                 reasons.setdefault(canon, "tied to a tensor of another trap")
     if len(stats.traps) < 2:
@@ -204,7 +221,7 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
     for trap in stats.traps:
         if trap.kind == "gap" and trap.tensors:
             raise StatsFormatError(
-                f"gap trap {trap.name!r} owns {len(trap.tensors)} tensors; mark it kind "
+                f"gap trap {trap.name!r} owns {count_of(len(trap.tensors), 'tensor')}; mark it kind "
                 "'module' or move its tensors to the trap that reads them"
             )
     reasons = _pin_reasons(stats)

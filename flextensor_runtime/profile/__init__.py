@@ -1,7 +1,8 @@
 """The offload profile: the compiled artifact `ftc` writes and `offload_from_profile` reads.
 
 This package is the only code that knows the wire format (msgpack keys, version, fingerprint).
-It imports only the standard library, msgpack and the errors module: never torch.
+It imports only the standard library, msgpack and the errors and counts modules: never
+torch.
 """
 
 from flextensor_runtime.profile.check import check_profile, occupied_slots
@@ -10,6 +11,7 @@ from flextensor_runtime.profile.schema import (
     FORMAT,
     PLACEMENTS,
     TENSOR_KINDS,
+    TIMING_SOURCES,
     TRAP_KINDS,
     VERSION,
     BandwidthPoint,
@@ -34,6 +36,7 @@ __all__ = [
     "MAX_FILE_BYTES",
     "PLACEMENTS",
     "TENSOR_KINDS",
+    "TIMING_SOURCES",
     "TRAP_KINDS",
     "VERSION",
     "BandwidthPoint",

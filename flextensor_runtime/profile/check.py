@@ -13,6 +13,7 @@ from collections import defaultdict
 from itertools import pairwise
 from math import prod
 
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import BudgetError, ProfileFormatError
 from flextensor_runtime.profile.fields import MAX_BYTES
 from flextensor_runtime.profile.schema import (
@@ -43,7 +44,7 @@ def check_profile(profile: Profile) -> None:
     if fp != profile.model:
         raise _bad(
             f"model fingerprint {profile.model.digest[:12]}… does not match the tensors the "
-            f"profile lists ({fp.digest[:12]}…, {fp.tensor_count} tensors)"
+            f"profile lists ({fp.digest[:12]}…, {count_of(fp.tensor_count, 'tensor')})"
         )
 
 
@@ -52,7 +53,8 @@ def _check_entry(e: TensorEntry, where: str) -> None:
     if itemsize is None:
         raise _bad(f"tensor {e.name!r} in {where} has unknown dtype {e.dtype!r}")
     if len(e.stride) != len(e.shape):
-        raise _bad(f"tensor {e.name!r} has {len(e.shape)} dims but {len(e.stride)} strides")
+        raise _bad(f"tensor {e.name!r} has {count_of(len(e.shape), 'dim')} but "
+                   f"{count_of(len(e.stride), 'stride')}")  # fmt: skip
     if len(e.shape) > 64 or any(d > MAX_BYTES for d in e.shape):
         raise _bad(f"tensor {e.name!r} has an absurd shape {list(e.shape)[:8]}")
     if e.bytes != prod(e.shape) * itemsize:
@@ -75,7 +77,7 @@ def _check_tensors(profile: Profile) -> dict[str, tuple[int, TensorEntry]]:
             raise _bad(f"trap name {trap.name!r} appears twice")
         names.add(trap.name)
         if trap.kind == "gap" and trap.tensors:
-            raise _bad(f"gap trap {trap.name!r} owns {len(trap.tensors)} tensors")
+            raise _bad(f"gap trap {trap.name!r} owns {count_of(len(trap.tensors), 'tensor')}")
         for e in trap.tensors:
             _add_owner(owner, e, order, f"trap {trap.name!r}")
     for e in profile.untrapped:
@@ -86,8 +88,13 @@ def _check_tensors(profile: Profile) -> dict[str, tuple[int, TensorEntry]]:
         if e.tie is None:
             continue
         canon = owner.get(e.tie)
-        if canon is None or canon[1].tie is not None or e.tie == name:
-            raise _bad(f"tensor {name!r} is tied to {e.tie!r}, which is not a canonical tensor")
+        if e.tie == name:
+            raise _bad(f"tensor {name!r} is tied to itself")
+        if canon is None:
+            raise _bad(f"tensor {name!r} is tied to {e.tie!r}, which the profile does not list")
+        if canon[1].tie is not None:
+            raise _bad(f"tensor {name!r} is tied to {e.tie!r}, which is itself tied to "
+                       f"{canon[1].tie!r} (a tie names an untied tensor)")  # fmt: skip
         c = canon[1]
         if (c.placement, c.block, c.offset) != (e.placement, e.block, e.offset):
             raise _bad(f"tied tensor {name!r} is placed apart from {e.tie!r}")
@@ -140,7 +147,7 @@ def _check_schedule(
     for k, t in enumerate(profile.schedule):
         label = labels[k]
         if t.trap >= n or t.issue_at >= n or t.release_after >= n:
-            raise _bad(f"{label} names a trap order beyond the {n} traps")
+            raise _bad(f"{label} names a trap order beyond the {count_of(n, 'trap')}")
         block = blocks.get(t.block)
         if block is None:
             raise _bad(f"{label} names block {t.block}, which does not exist")
@@ -231,7 +238,8 @@ def _check_predicted(profile: Profile, blocks: dict[int, Block]) -> None:
     if p.peak_bytes < floor:
         raise _bad(f"predicted peak {p.peak_bytes} bytes is below resident + blocks ({floor})")
     if p.trap_stall_ms and len(p.trap_stall_ms) != len(profile.traps):
-        raise _bad(f"{len(p.trap_stall_ms)} per-trap stalls for {len(profile.traps)} traps")
+        raise _bad(f"{count_of(len(p.trap_stall_ms), 'per-trap stall')} for "
+                   f"{count_of(len(profile.traps), 'trap')}")  # fmt: skip
     budget = profile.config.budget_bytes
     if budget is not None and p.peak_bytes > budget:
         raise BudgetError(

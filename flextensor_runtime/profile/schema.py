@@ -17,6 +17,8 @@ VERSION = 2
 PLACEMENTS = ("resident", "streamed", "disk")
 TRAP_KINDS = ("module", "gap", "manual")
 TENSOR_KINDS = ("parameter", "buffer", "inner")
+# where compute times came from (`meta.timing_source`; a stats file's `timing_source`)
+TIMING_SOURCES = ("measured-cuda", "measured-cpu", "roofline", "stats", "synthetic", "replan")
 
 # Bytes per element of every dtype a profile may name (torch's names without the "torch." prefix).
 DTYPE_ITEMSIZE: Mapping[str, int] = MappingProxyType({
@@ -59,7 +61,7 @@ class Meta:
     tool_version: str
     torch_version: str
     command: str
-    timing_source: str = "measured"  # measured-cuda | measured-cpu | roofline | stats | synthetic
+    timing_source: str = "measured"  # one of TIMING_SOURCES when `ftc` or the runtime wrote it
 
 
 @dataclass(frozen=True)

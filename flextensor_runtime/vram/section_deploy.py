@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import nn
 
+from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.module import AutoWrappedNonRecurseModule
@@ -116,7 +117,7 @@ class VramInstallation:
 
     def summary(self) -> str:
         return (
-            f"vram: {len(self.wrapped)} modules wrapped ({len(self.disk_modules)} on disk), "
+            f"vram: {count_of(len(self.wrapped), 'module')} wrapped ({len(self.disk_modules)} on disk), "
             f"{len(self.skipped)} left to streaming"
         )
 

@@ -507,5 +507,14 @@ def test_a_thread_the_model_file_leaves_running_does_not_hold_ftc(tmp_path) -> N
             "--profiling-iters", "1", "-o", str(out)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert load(out).traps and "not waiting for 1 thread(s)" in done.stderr
+    assert load(out).traps and "not waiting for 1 thread the model file started" in done.stderr
     assert "(forever)" in done.stderr
+
+
+def test_an_exclude_that_removes_every_trap_is_an_invalid_option(tmp_path, capsys) -> None:
+    out = tmp_path / "p.msgpack"
+    model = str(ROOT / "profiles" / "tiny_transformer.py")
+    code, _, err = _run(capsys, ["profile", model, "--exclude", "blocks.*", "-o", str(out)])
+    _one_line(code, err, "invalid option", "--exclude 'blocks.*' removes every module that the "
+              "default include ('blocks.?*') selects", "narrow the exclude pattern")  # fmt: skip
+    assert not out.exists()

@@ -201,11 +201,19 @@ def test_weights_tied_by_storage_not_identity():
 @pytest.mark.parametrize(
     ("build", "include", "exclude", "why"),
     [
-        (models.Stack, (), ("layers.*",), "--exclude layers.* removes every module the patterns"),
-        (models.Stack, ("layers",), (), "'layers' is a ModuleList, which is never called (its "
-                                        "children are); pass --include 'layers.*'"),
-        (lambda: torch.nn.Linear(models.DIM, models.DIM), (), (),
-         "the model has no submodules to trap"),
+        (
+            models.Stack,
+            ("layers",),
+            (),
+            "'layers' is a ModuleList, which is never called (its "
+            "children are); pass --include 'layers.*'",
+        ),
+        (
+            lambda: torch.nn.Linear(models.DIM, models.DIM),
+            (),
+            (),
+            "the model has no submodules to trap",
+        ),
         (models.Stack, ("unused",), (), "the modules the patterns ('unused') select never ran"),
     ],
 )
@@ -218,3 +226,68 @@ def test_no_trap_ran_says_why(build, include, exclude, why):
     with pytest.raises(ModelFileError, match="no trap ran during the forward") as exc:
         _discover(model, inputs, include=include, exclude=exclude)
     assert why in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("include", "exclude", "why"),
+    [
+        ((), ("layers.*",), "--exclude 'layers.*' removes every module that the default include "
+                            "('layers.?*') selects, so no trap is left to stream"),
+        (("layers.1",), ("layers.1", "head"), "--exclude 'layers.1' removes every module that "
+                                              "--include ('layers.1') selects"),
+        ((), ("layers.0", "layers.?"), "--exclude 'layers.0' --exclude 'layers.?' remove every "
+                                       "module"),
+    ],
+)  # fmt: skip
+def test_an_exclude_that_removes_every_trap_is_an_option_error(include, exclude, why):
+    from flextensor_runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _discover(models.Stack(), models.stack_inputs(), include=include, exclude=exclude)
+    assert why in str(exc.value) and "narrow the exclude pattern" in str(exc.value)
+
+
+class _TiedInside(torch.nn.Module):
+    """Layers whose two linears share one weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Sequential() for _ in range(3))
+        for layer in self.layers:
+            layer.add_module("a", torch.nn.Linear(8, 8))
+            layer.add_module("b", torch.nn.Linear(8, 8))
+            layer.b.weight = layer.a.weight
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_pinned_tensor_records_the_rule_that_pinned_it():
+    d = _discover(models.Stack(), models.stack_inputs(), exclude=("*.fc2.weight",))
+    layer = _tensors(d, "layers.1")
+    assert (
+        layer["layers.1.fc2.weight"].pin_reason == "the exclude pattern '*.fc2.weight' matches it"
+    )
+    assert "it is a buffer, and buffers stay resident unless an include pattern names them " \
+           "(add --include 'layers.1.scale'" in layer["layers.1.scale"].pin_reason  # fmt: skip
+    assert layer["layers.1.fc1.weight"].pin_reason is None  # streamable: no reason
+    d2 = _discover(models.Stack(tie=True), models.stack_inputs(), include=("embed", "head"))
+    head = _tensors(d2, "head")["head.weight"].pin_reason
+    assert head == "it shares storage with 'embed.weight' (trap 'embed'), and tied tensors " \
+                   "split over traps stay resident"  # fmt: skip
+    d3 = _discover(_TiedInside(), (torch.randn(2, 8),), exclude=("layers.1.b.weight",))
+    canonical = _tensors(d3, "layers.1")["layers.1.a.weight"].pin_reason
+    assert canonical == ("it moves with 'layers.1.b.weight', which stays resident (the exclude "
+                         "pattern 'layers.1.b.weight' matches it)")  # fmt: skip
+    cross = _tensors(_discover(models.CrossRead(), models.x_inputs(), include=("layers.*",)),
+                     "layers.0")["layers.0.fc1.weight"]  # fmt: skip
+    assert cross.pin_reason == "it is read outside its trap 'layers.0' too (by layers.1)"
+    cond = _discover(models.Conditional(), models.x_inputs(), run=models.run_twice)
+    assert {t.pin_reason for t in cond.tensors["layers.2"] if t.kind == "parameter"} == {
+        "its trap 'layers.2' does not run in every iteration"}  # fmt: skip
+    again = _tensors(_discover(models.Shared(), models.x_inputs()), "layers.1")
+    assert again["layers.1.fc1.weight"].pin_reason == (
+        "its trap 'layers.1' runs 2 times per iteration with other work between"
+    )

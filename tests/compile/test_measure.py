@@ -265,3 +265,12 @@ def test_running_out_of_gpu_memory_is_not_blamed_on_the_inputs():
 
     with pytest.raises(BudgetError, match=r"ran out of GPU memory.*--device cpu"):
         call_run(None, Hungry(), normalize_inputs((torch.ones(1),)), "model.py")
+
+
+def test_the_device_note_names_where_each_figure_comes_from():
+    given = choose_device(OffloadConfig(device="cpu", h2d_bytes_per_s=24e9), 1234, False).note
+    assert given is not None and "copies at 24.0 GB/s (--bandwidth)" in given
+    assert "host" not in given and "pass --target, or --device-memory, to plan" in given
+    memory = choose_device(OffloadConfig(device="cpu", device_memory_bytes=10**9), 5, False).note
+    assert memory is not None and "(--device-memory)" in memory
+    assert "(host memory copies); pass --bandwidth with the GPU's" in memory

@@ -46,7 +46,11 @@ def test_exclude_modules_and_classes():
     sel = select_traps(models.Stack(), ("layers.*",), ("layers.1",))
     assert sel.traps == ("layers.0", "layers.2")
     sel = select_traps(models.Stack(), ("class:Linear",), ("class:Linear",))
-    assert sel.traps == ()
+    assert sel.traps == () and sel.excluded_by == ("class:Linear",)
+    sel = select_traps(models.Stack(), ("layers.*",), ("layers.1", "head"))
+    assert sel.excluded_by == ("layers.1",)  # 'head' removed no module the include chose
+    sel = select_traps(models.Stack(), ("layers.0",), ("layers.0.*",), leaves=True)
+    assert sel.traps == () and sel.excluded_by == ("layers.0.*",)  # every leaf excluded
 
 
 def test_default_include_is_largest_repeated_stack():

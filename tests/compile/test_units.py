@@ -70,3 +70,21 @@ def test_times_and_fractions_print_without_noise() -> None:
     assert format_ms(1.38969) == "1.390" and format_ms(6.89408e17) == "6.894e+17"
     assert [format_fraction(f) for f in (0.2, 0.125, 0.12, 1.0)] == ["0.20", "0.125", "0.12",
                                                                      "1.00"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0GB/s", r"--bandwidth '0GB/s' is out of range; give a positive rate up to 1 PiB/s, "
+                  r"e\.g\. 24GB/s"),
+        ("2PB/s", r"--bandwidth '2PB/s' is out of range; give a positive rate"),
+        ("fast", r"--bandwidth 'fast' is not a rate; write bytes per second or a number with a "
+                 r"unit, e\.g\. 24GB/s"),
+        ("0.5", r"--bandwidth '0\.5' is less than one byte per second: rates are bytes per second"),
+        ("1.5", r"--bandwidth '1\.5' is not a whole number of bytes per second; .* e\.g\. 1\.5GB/s"),
+    ],
+)  # fmt: skip
+def test_bad_rates_speak_of_rates(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as exc:
+        parse_rate(text, "--bandwidth")
+    assert "size" not in str(exc.value) and "GiB," not in str(exc.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +153,23 @@ def test_debug_flag_shows_the_traceback(tmp_path: Path) -> None:
 def test_every_error_is_a_profile_error_subclass() -> None:
     assert issubclass(ProfileFormatError, ProfileError)
     assert issubclass(ProfileVersionError, ProfileError)
+
+
+def _retied(name: str, tie: str | None) -> bytes:
+    golden = format_golden()
+    traps = tuple(dataclasses.replace(trap, tensors=tuple(
+        dataclasses.replace(e, tie=tie) if e.name == name else e for e in trap.tensors))
+        for trap in golden.traps)  # fmt: skip
+    return _replace(traps=traps)
+
+
+def test_a_bad_tie_says_what_is_wrong_with_it() -> None:
+    cases = {
+        "tensor 'lm_head.weight' is tied to itself": _retied("lm_head.weight", "lm_head.weight"),
+        "tied to 'nope', which the profile does not list": _retied("lm_head.weight", "nope"),
+        "tensor 'embed.weight' is tied to 'lm_head.weight', which is itself tied to "
+        "'embed.weight' (a tie names an untied tensor)": _retied("embed.weight", "lm_head.weight"),
+    }
+    for fragment, data in cases.items():
+        with pytest.raises(ProfileFormatError, match=re.escape(fragment)):
+            loads(data)

@@ -70,7 +70,7 @@ def test_trap_module_missing() -> None:
     model = tiny_lm()
     before = snapshot(model)
     with pytest.raises(
-        ProfileMismatchError, match=r"traps 1 modules this model lacks: blocks\.3\.extra"
+        ProfileMismatchError, match=r"traps 1 module this model lacks: blocks\.3\.extra"
     ):
         deploy(model, profile)
     assert_same(model, before)

@@ -85,7 +85,7 @@ def test_meta_tensor_missing_from_checkpoint(tmp_path) -> None:
     profile = build_profile(real, block_names(real))
     with pytest.raises(
         ModelFileError,
-        match=r"1 tensors are on the meta device and not in the checkpoint: norm\.bias",
+        match=r"1 tensor is on the meta device and not in the checkpoint: norm\.bias",
     ):
         deploy(meta, profile, checkpoint=tmp_path / "part.safetensors")
     assert meta.norm.bias.is_meta and "_ft_handle" not in meta.__dict__

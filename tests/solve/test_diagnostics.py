@@ -52,7 +52,9 @@ def test_explain_covers_every_tensor_and_block() -> None:
     streamed = [t for t in expl.tensors if t.placement == "streamed"]
     assert streamed and all("block" in t.reason for t in streamed)
     tied = next(t for t in expl.tensors if t.name == "head.w")
-    assert tied.placement == "resident" and "another trap" in tied.reason
+    assert tied.placement == "resident" and "shares storage with 'embed.w' (trap 0 'embed')" in (
+        tied.reason
+    )
     pinned = next(t for t in expl.tensors if t.name == "head.b")
     assert pinned.placement == "resident" and "not offloadable" in pinned.reason
     assert expl.strategy == profile.extensions["solver"]["strategy"] != "adaptive"
@@ -65,6 +67,75 @@ def test_explain_covers_every_tensor_and_block() -> None:
     problem = problem_from_stats(_tied_stats(), profile.config)
     assert doc["bound_ms"] == staging_bound_ms(problem) <= doc["makespan_ms"] * (1 + 1e-9)
     assert doc["bound_ms"] > problem.compute_ms  # copy-bound: the bound is the staging term
+
+
+def _reasons(profile: Profile) -> dict[str, str]:
+    return {t.name: t.reason for t in explain_profile(profile).tensors}
+
+
+def _equal_layers(compute_ms: float, per_trap: int, traps: int = 3) -> Stats:
+    """`traps` traps of `per_trap` 1 MiB tensors on a 10 GB/s link (a copy: 0.105 ms)."""
+    dev = replace(device(1e10), memory_bytes=10**9)
+    return Stats("equal", dev, tuple(
+        TrapStat(f"t{i}", compute_ms, tuple(tensor(f"t{i}.w{k}", 2**19) for k in range(per_trap)))
+        for i in range(traps)))  # fmt: skip
+
+
+def test_latency_reasons_compare_the_copy_with_the_window() -> None:
+    # every copy fits its 10 ms window: the plan streaming one trap ties on makespan and peak
+    # with streaming all three and streams fewer bytes (the reason was "does not fit")
+    why = _reasons(plan_profile(_equal_layers(10.0, 1), PlanConfig()))
+    kept = [r for r in why.values() if not r.startswith("streamed")]
+    assert kept and all(r == (
+        "latency mode: its copy (0.105 ms) fits the window (10.000 ms), but the plan the solver "
+        "ranked first keeps it resident: plans rank by predicted makespan (30.000 ms here, and no "
+        "plan predicts less, no stall), then by lower peak (3 MiB here), then by fewer streamed "
+        "bytes (the nth-layer plan won)") for r in kept), kept  # fmt: skip
+    assert not any("does not fit" in r for r in why.values())
+    short = _reasons(plan_profile(_equal_layers(0.01, 1), PlanConfig()))
+    assert short["t1.w0"] == ("latency mode: its copy (0.105 ms) is longer than the compute "
+                              "before its trap (0.010 ms), so streaming it would stall")  # fmt: skip
+    shared = _reasons(plan_profile(_equal_layers(0.15, 2, traps=4), PlanConfig()))
+    assert shared["t1.w1"] == ("latency mode: its copy (0.105 ms) fits the window (0.150 ms) "
+                               "alone, but its trap already streams 1 MiB, and both copies "
+                               "(0.210 ms) do not fit it")  # fmt: skip
+
+
+def test_memory_reason_quotes_the_budget() -> None:
+    # the reason was "the budget holds without streaming it (0 bytes left); resident avoids a copy"
+    profile = plan_profile(_equal_layers(0.01, 2, traps=4), PlanConfig(budget_bytes=7 * 2**20))
+    assert _reasons(profile)["t0.w0"] == (
+        "memory mode (peak 7 MiB of the 7 MiB budget, 0 B left): its copy (0.105 ms) is longer "
+        "than the compute before its trap (0.010 ms), so streaming it would stall")  # fmt: skip
+
+
+def test_not_offloadable_reasons_say_which_rule() -> None:
+    traps = [TrapStat("embed", 0.5, (tensor("embed.w", 4000),))]
+    traps += [TrapStat(f"l{i}", 2.0, (tensor(f"l{i}.a", 3000), tensor(f"l{i}.b", 3000)))
+              for i in range(4)]  # fmt: skip
+    excluded = replace(tensor("l1.b", 3000, offloadable=False),
+                       pin_reason="the exclude pattern '*.b' matches it")  # fmt: skip
+    traps[2] = TrapStat("l1", 2.0, (tensor("l1.a", 3000), excluded))
+    buffer = replace(tensor("l2.pos", 3000, offloadable=False), kind="buffer")
+    traps[3] = TrapStat("l2", 2.0, (tensor("l2.a", 3000), buffer))
+    traps.append(TrapStat("head", 0.5, (tensor("head.w", 4000, tie="embed.w", offloadable=False),)))
+    stats = Stats("pinned", device(2e6), tuple(traps))
+    profile = plan_profile(stats, PlanConfig())
+    why = _reasons(profile)
+    assert why["l1.b"] == "kept resident: not offloadable: the exclude pattern '*.b' matches it"
+    assert why["l2.pos"].startswith("kept resident: not offloadable: it is a buffer, and buffers "
+                                    "stay resident unless an include pattern names them (add "
+                                    "--include 'l2.pos' to the include patterns)")  # fmt: skip
+    # marked not offloadable with no recorded reason (older stats): the profile shows the tie
+    assert why["head.w"] == ("kept resident: not offloadable: it shares storage with 'embed.w' "
+                             "(trap 0 'embed'), and tied tensors split over traps stay resident")  # fmt: skip
+    assert why["embed.w"] == ("kept resident: not offloadable: it shares storage with 'head.w' "
+                              "(trap 5 'head'), and tied tensors split over traps stay resident")  # fmt: skip
+    doc = explanation_json(explain_profile(profile))
+    assert {t["name"]: t["reason"] for t in doc["tensors"]} == why  # --json: the same reasons
+    # re-planned from the profile, the recorded reason is kept (and the bytes are the same)
+    again = plan_profile(stats_from_profile(profile), PlanConfig(), command="test")
+    assert _reasons(again)["l1.b"] == why["l1.b"]
 
 
 def test_explain_has_no_bound_when_the_measurements_no_longer_solve() -> None:

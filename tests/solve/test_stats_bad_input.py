@@ -51,6 +51,17 @@ def _bad_tie(doc: dict[str, Any]) -> None:
     doc["traps"][1]["tensors"][0]["tie"] = "nope"
 
 
+def _self_tie(doc: dict[str, Any]) -> None:
+    t = doc["traps"][1]["tensors"][0]
+    t["tie"] = t["name"]
+
+
+def _tie_chain(doc: dict[str, Any]) -> None:
+    """blocks.1's first tensor tied to blocks.0's, which is itself tied to blocks.2's."""
+    a, b, c = (doc["traps"][k]["tensors"][0] for k in (1, 2, 3))
+    a["tie"], b["tie"] = b["name"], c["name"]
+
+
 def _zero_calls(doc: dict[str, Any]) -> None:
     doc["traps"][1]["calls"] = 0
 
@@ -98,10 +109,16 @@ CASES = [
     (_edited(_field("stride", [1, 1])), "tensors[0].stride: expected one non-negative int per"),
     (_edited(_field("tie", {})), "tensors[0].tie: expected the name of the tensor it shares"),
     (_edited(_field("offloadable", "no")), "tensors[0].offloadable: expected true or false"),
+    (_edited(_field("pin_reason", 7)), "tensors[0].pin_reason: expected a non-empty string"),
     (_edited(_device_kind), "device.kind: expected one of cuda, cpu, target, emulated"),
     (_edited(_dup_trap), "trap name 'blocks.0' appears twice"),
     (_edited(_dup_tensor), "tensor 'blocks.0.attn_norm.weight' is listed twice"),
-    (_edited(_bad_tie), "is tied to 'nope', not a listed tensor"),
+    (_edited(_bad_tie), "is tied to 'nope', not a listed tensor; list it or drop the tie"),
+    (_edited(_self_tie), "tensor 'blocks.0.attn_norm.weight' is tied to itself; drop its tie"),
+    (_edited(_tie_chain), "tensor 'blocks.0.attn_norm.weight' is tied to "
+                          "'blocks.1.attn_norm.weight', which is itself tied to "
+                          "'blocks.2.attn_norm.weight'; a tie names an untied tensor: tie "
+                          "'blocks.0.attn_norm.weight' to 'blocks.2.attn_norm.weight'"),
     (_edited(_zero_calls), "traps[1].calls: expected int in [1, 2147483648], got 0"),
     (_edited(_zero_memory), "device.memory_bytes: expected int in [1, 1125899906842624], got 0"),
     (lambda tmp: tmp / "missing.json", "no such file; pass a stats file (`ftc profile --save-stats`)"),
@@ -120,6 +137,13 @@ CASES = [
     (_edited(_set("traps", 1, "compute_ms", value=1e19)), "traps[1].compute_ms: expected float"),
     (_edited(_set("timing_source", value="x" * 5000)), "file.timing_source: expected a non-empty"),
     (_edited(_set("timing_source", value=7)), "file.timing_source: expected a non-empty string"),
+    (_edited(_set("timing_source", value="made-up")), "file.timing_source: expected one of "
+                                                      "measured-cuda, measured-cpu, roofline"),
+    (_edited(_set("traps", 1, "tensors", 0, "bytes", value=10**400)),
+     "traps[1].tensors[0].bytes: expected int in [0, 1125899906842624], got a 401-digit number"),
+    (_edited(_set("traps", 1, "compute_ms", value=10**400)), "traps[1].compute_ms: expected float"),
+    (_edited(_set("device", "bandwidth_curve", value=[[10**400, 1e9]])),
+     "device.bandwidth_curve: expected a list of [bytes, bytes_per_s] pairs"),
     (_edited(_over_a_pib), "bytes, over the 1125899906842624 (1 PiB) a profile can describe"),
 ]
 
@@ -166,3 +190,31 @@ def test_in_range_times_whose_sum_is_not_are_one_line(tmp_path: Path, capsys) ->
     assert code == 1 and len(err.splitlines()) == 1 and not out.exists()
     assert err.startswith("ftc: invalid stats: ") and "more than a profile records" in err, err
     assert "compute_ms" in err
+
+
+def test_a_profile_with_a_timing_source_stats_cannot_record_still_re_plans(tmp_path) -> None:
+    from dataclasses import replace
+
+    from flextensor_compile.planning import plan_profile
+    from flextensor_compile.stats import canonical_stats, load_stats
+    from flextensor_compile.sweep import stats_from_profile
+    from flextensor_runtime.profile import PlanConfig
+
+    profile = plan_profile(load_stats(GOLDEN_STATS), PlanConfig(mem_fraction=0.6))
+    for source, kept in (("measured-cpu", "measured-cpu"), ("made by hand", "stats")):
+        odd = replace(profile, meta=replace(profile.meta, timing_source=source))
+        assert canonical_stats(stats_from_profile(odd)).timing_source == kept
+
+
+def test_a_pin_reason_survives_the_stats_file(tmp_path: Path) -> None:
+    from flextensor_compile.stats import load_stats, save_stats
+
+    doc = json.loads(GOLDEN_STATS.read_text())
+    t = doc["traps"][1]["tensors"][0]
+    t["offloadable"], t["pin_reason"] = False, "the exclude pattern 'x' matches it"
+    source = tmp_path / "s.json"
+    source.write_text(json.dumps(doc))
+    again = load_stats(save_stats(load_stats(source), tmp_path / "again.json"))
+    assert again.traps[1].tensors[0].pin_reason == "the exclude pattern 'x' matches it"
+    plain = save_stats(load_stats(GOLDEN_STATS), tmp_path / "plain.json")
+    assert "pin_reason" not in plain.read_text()  # written only when recorded

@@ -170,7 +170,7 @@ def test_meta_model_on_the_host_tier_loads_from_disk_once(tiny_net, tiny_checkpo
 def test_missing_shard_bad_path_and_bad_device_fail_at_construction(single, tmp_path) -> None:
     index = tmp_path / "model.safetensors.index.json"
     index.write_text(json.dumps({"weight_map": {"a.weight": "gone.safetensors"}}))
-    with pytest.raises(DiskMapError, match=r"names 1 missing shard\(s\), e\.g\. .*gone"):
+    with pytest.raises(DiskMapError, match=r"names 1 missing shard, e\.g\. .*gone"):
         DiskMap(index, "cpu")
     with pytest.raises(ConfigError, match="DiskMap path 3 of type int is invalid"):
         DiskMap(3, "cpu")  # type: ignore[arg-type]

@@ -252,6 +252,25 @@ def test_smallest_budget_near_the_fastest_plan() -> None:
     assert smallest_near_fastest(points, 0.05) == points[2]
     assert smallest_near_fastest(points, 0.5) == points[1]
     assert smallest_near_fastest(points[:1], 0.05) is None
+    # float sums of one plan differ in the last bits: still the same makespan
+    noisy = (point(0.6, 100.0 + 3e-12), point(0.8, 100.0))
+    assert smallest_near_fastest(noisy, 0.0) == noisy[0]
+
+
+def test_budgets_with_a_slower_plan_than_a_smaller_budget_are_named() -> None:
+    from flextensor_compile.cli.sweep_cmd import _pick_lines
+    from flextensor_compile.sweep import slower_than_smaller
+
+    def point(frac: float, ms: float | None) -> SweepPoint:
+        return SweepPoint(frac, int(frac * 1000), frac, ms, 0.0, 0, 0, "x" if ms else None)
+
+    points = (point(0.2, None), point(0.4, 130.0), point(0.6, 100.0), point(0.7, 100.0 + 1e-12),
+              point(0.8, 103.0), point(0.9, 101.0), point(1.0, 99.0))  # fmt: skip
+    assert slower_than_smaller(points) == [(points[4], points[2]), (points[5], points[2])]
+    lines = _pick_lines(points, 1000)
+    assert ("frac 0.80 plans 103.000 ms, slower than frac 0.60's 100.000 ms, whose plan fits it "
+            "too: --budget 600 gets that plan") in lines  # fmt: skip
+    assert not [x for x in lines if x.startswith("frac 0.70")]
 
 
 @settings(max_examples=200, deadline=None)

@@ -8,12 +8,14 @@ Owns the rules:
   that trap (buffers only when a pattern names them); others stay untrapped, resident;
 - a tensor may stream only if its trap selected it (module-level: all parameters and inner
   fields; parameter-level: the matching ones; buffers only when a pattern names them), no exclude
-  pattern covers it, its trap runs in every iteration with back-to-back calls only, and no other
-  trap (nor code outside traps) reads it;
+  pattern covers it (a glob matching its path or an ancestor's, or a `class:` pattern matching
+  the class of a module its path runs through), its trap runs in every iteration with
+  back-to-back calls only, and no other trap (nor code outside traps) reads it;
 - tie groups and inner fields with their parent move together: if the members of a group are in
   different traps, or any member must stay, all stay resident;
 - a tensor that may not stream carries the first rule that pins it (`TensorStat.pin_reason`,
-  e.g. the exclude pattern that matches it), so `ftc inspect --explain` can say which.
+  e.g. the exclude pattern that matches it, and for a `class:` one the module it matched), so
+  `ftc inspect --explain` can say which.
 Must not know: torch, timing, the profile wire format.
 """
 
@@ -23,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from flextensor_compile.discover.patterns import Selection, excluding_pattern
+from flextensor_compile.discover.patterns import Selection, exclusion
 from flextensor_compile.discover.slots import SlotPlan
 from flextensor_compile.stats import TensorStat
 from flextensor_runtime.profile import TensorEntry
@@ -97,8 +99,11 @@ def _pin_reason(e: TensorEntry, trap: str, sel: Selection, plan: SlotPlan,
             return (f"it is a buffer, and buffers stay resident unless an include pattern names "
                     f"them (add --include {e.name!r} to the include patterns)")  # fmt: skip
         return f"the parameter-level pattern that selects trap {trap!r} does not name it"
-    pattern = excluding_pattern(e.name, sel.exclude)
-    if pattern is not None:
+    excluded = exclusion(e.name, sel.exclude, sel.excluded_classes)
+    if excluded is not None:
+        pattern, module = excluded
+        if pattern.startswith("class:"):
+            return f"the exclude pattern {pattern!r} matches the module {module!r} it is in"
         return f"the exclude pattern {pattern!r} matches it"
     if trap in plan.conditional:
         return f"its trap {trap!r} does not run in every iteration"

@@ -6,22 +6,26 @@ parameter-level pattern patches the parent module but offloads only the matching
 the default include (each child of the largest repeated `nn.ModuleList` / `nn.Sequential`
 stack, plus any other top-level repeated stack holding at least 10% of the weight bytes), the
 leaf granularity (each selected module replaced by the descendants that own its parameters),
-and one-line errors for a pattern that matches nothing (with the closest path suggested).
+the rule that an exclude covers a module's whole subtree (a path exclude the path and every
+path under it; a `class:` exclude every module of that class at each path it is reachable at,
+and everything under those), and one-line errors for a pattern that matches nothing (with the
+closest path suggested).
 Must not know: execution order, timing, the profile.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["Selection", "default_include", "excluding_pattern", "is_excluded", "leaf_traps",
-           "select_traps"]  # fmt: skip
+__all__ = ["Selection", "class_paths", "default_include", "excluding_pattern", "exclusion",
+           "leaf_traps", "select_traps"]  # fmt: skip
 
 _STACK_SHARE = 0.10  # a second repeated stack joins the default include above this byte share
 _OWN_SHARE = 64  # a module is split when its own parameters are under 1/64 of its bytes
@@ -43,6 +47,8 @@ class Selection:
     exclude: tuple[str, ...]
     default: bool
     excluded_by: tuple[str, ...] = ()  # exclude patterns that removed a module include chose
+    # class: exclude pattern -> every path (aliases included) of a module whose class it matches
+    excluded_classes: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 def _match(pattern: str, path: str, module: nn.Module | None = None) -> bool:
@@ -96,21 +102,42 @@ def leaf_traps(path: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
     return [leaf for p, c in children for leaf in leaf_traps(p, c)]
 
 
-def is_excluded(path: str, exclude: tuple[str, ...]) -> bool:
-    """True when `path` or any of its ancestors matches an exclude pattern (class: excluded)."""
-    return excluding_pattern(path, exclude) is not None
+def class_paths(model: nn.Module, exclude: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """Each `class:` exclude pattern -> every path of every module whose class name it matches,
+    the paths of a module reachable at several places (aliases) included."""
+    classes = [p for p in exclude if p.startswith("class:")]
+    paths: dict[str, set[str]] = {p: set() for p in classes}
+    for path, module in model.named_modules(remove_duplicate=False):
+        for p in classes:
+            if path and fnmatchcase(type(module).__name__, p[6:]):
+                paths[p].add(path)
+    return {p: frozenset(v) for p, v in paths.items()}
 
 
-def excluding_pattern(path: str, exclude: tuple[str, ...]) -> str | None:
-    """The first exclude pattern that matches `path` or one of its ancestors (class: patterns
-    never do), or None."""
+def exclusion(
+    path: str, exclude: tuple[str, ...], classes: Mapping[str, frozenset[str]]
+) -> tuple[str, str] | None:
+    """The first exclude pattern that covers a module or tensor `path`, with the path it
+    matched (`path` itself or an ancestor): a glob matching it, or a `class:` pattern whose
+    modules (`classes`, from `class_paths`) include it. None when no pattern covers `path`."""
     parts = path.split(".")
+    prefixes = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
     for p in exclude:
-        if not p.startswith("class:") and any(
-            fnmatchcase(".".join(parts[:i]), p) for i in range(1, len(parts) + 1)
-        ):
-            return p
+        if p.startswith("class:"):
+            hit = next((q for q in prefixes if q in classes.get(p, frozenset())), None)
+        else:
+            hit = next((q for q in prefixes if fnmatchcase(q, p)), None)
+        if hit is not None:
+            return p, hit
     return None
+
+
+def excluding_pattern(
+    path: str, exclude: tuple[str, ...], classes: Mapping[str, frozenset[str]]
+) -> str | None:
+    """The first exclude pattern that covers `path` (`exclusion`), or None."""
+    found = exclusion(path, exclude, classes)
+    return None if found is None else found[0]
 
 
 def _aliases(model: nn.Module) -> dict[str, str]:
@@ -158,6 +185,7 @@ def select_traps(
     buffers = list(dict.fromkeys(_canonical(n, aliases) for n, _ in
                                  model.named_buffers(remove_duplicate=False)))  # fmt: skip
     _check_excludes(exclude, modules, params, buffers, aliases)
+    classes = class_paths(model, exclude)
     chosen: dict[str, frozenset[str] | None] = {}
     named_buffers: set[str] = set()
     for pattern in patterns:
@@ -178,12 +206,12 @@ def select_traps(
             if parent and chosen.get(parent, frozenset()) is not None and parent not in hit_modules:
                 chosen[parent] = (chosen.get(parent) or frozenset()) | {name}
     by_path = dict(modules)
-    kept = [path for path in chosen if _kept(path, by_path[path], exclude)]
+    kept = [path for path in chosen if excluding_pattern(path, exclude, classes) is None]
     outermost = [p for p in kept if not any(p.startswith(q + ".") for q in kept)]
     only = {p: chosen[p] for p in outermost}
-    removed = [(p, by_path[p]) for p in chosen if p not in kept]
+    removed = [p for p in chosen if p not in kept]
     if leaves:
-        only, dropped = _refined(only, by_path, exclude)
+        only, dropped = _refined(only, by_path, exclude, classes)
         removed += dropped
     order = {p: i for i, (p, _) in enumerate(model.named_modules(remove_duplicate=False))}
     return Selection(
@@ -193,7 +221,10 @@ def select_traps(
         include=tuple(patterns),
         exclude=tuple(exclude),
         default=default,
-        excluded_by=tuple(x for x in exclude if any(not _kept(p, m, (x,)) for p, m in removed)),
+        excluded_by=tuple(
+            x for x in exclude if any(excluding_pattern(p, (x,), classes) for p in removed)
+        ),
+        excluded_classes=classes,
     )
 
 
@@ -209,29 +240,23 @@ def _check_excludes(
             raise _no_match(pattern, [p for p, _ in modules] + params, aliases)
 
 
-def _kept(path: str, module: nn.Module, exclude: tuple[str, ...]) -> bool:
-    """Whether neither the path (or an ancestor) nor the module's class is excluded."""
-    classes = [p[6:] for p in exclude if p.startswith("class:")]
-    cls = type(module).__name__
-    return not is_excluded(path, exclude) and not any(fnmatchcase(cls, c) for c in classes)
-
-
 def _refined(
     only: dict[str, frozenset[str] | None],
     by_path: dict[str, nn.Module],
     exclude: tuple[str, ...],
-) -> tuple[dict[str, frozenset[str] | None], list[tuple[str, nn.Module]]]:
-    """Module-level traps replaced by their leaf traps, and the excluded leaves dropped;
-    parameter-level traps kept as they are."""
+    classes: Mapping[str, frozenset[str]],
+) -> tuple[dict[str, frozenset[str] | None], list[str]]:
+    """Module-level traps replaced by their leaf traps, and the excluded leaves (a leaf under an
+    excluded module included) dropped; parameter-level traps kept as they are."""
     out: dict[str, frozenset[str] | None] = {}
-    dropped: list[tuple[str, nn.Module]] = []
+    dropped: list[str] = []
     for path, names in only.items():
         if names is not None:
             out[path] = names
             continue
-        for leaf, module in leaf_traps(path, by_path[path]):
-            if _kept(leaf, module, exclude):
+        for leaf, _ in leaf_traps(path, by_path[path]):
+            if excluding_pattern(leaf, exclude, classes) is None:
                 out[leaf] = None
             else:
-                dropped.append((leaf, module))
+                dropped.append(leaf)
     return out, dropped

@@ -511,10 +511,15 @@ def test_a_thread_the_model_file_leaves_running_does_not_hold_ftc(tmp_path) -> N
     assert "(forever)" in done.stderr
 
 
-def test_an_exclude_that_removes_every_trap_is_an_invalid_option(tmp_path, capsys) -> None:
+@pytest.mark.parametrize("exclude", ["blocks.*", "class:Block"])
+def test_an_exclude_that_removes_every_trap_is_an_invalid_option(
+    tmp_path, capsys, exclude: str
+) -> None:
+    """A class exclude covers each block's inner layers too (the default include also matches
+    them), so it removes every trap as the path exclude does."""
     out = tmp_path / "p.msgpack"
     model = str(ROOT / "profiles" / "tiny_transformer.py")
-    code, _, err = _run(capsys, ["profile", model, "--exclude", "blocks.*", "-o", str(out)])
-    _one_line(code, err, "invalid option", "--exclude 'blocks.*' removes every module that the "
+    code, _, err = _run(capsys, ["profile", model, "--exclude", exclude, "-o", str(out)])
+    _one_line(code, err, "invalid option", f"--exclude {exclude!r} removes every module that the "
               "default include ('blocks.?*') selects", "narrow the exclude pattern")  # fmt: skip
     assert not out.exists()

@@ -237,6 +237,8 @@ def test_no_trap_ran_says_why(build, include, exclude, why):
                                               "--include ('layers.1') selects"),
         ((), ("layers.0", "layers.?"), "--exclude 'layers.0' --exclude 'layers.?' remove every "
                                        "module"),
+        ((), ("class:Block",), "--exclude 'class:Block' removes every module that the default "
+                               "include ('layers.?*') selects"),
     ],
 )  # fmt: skip
 def test_an_exclude_that_removes_every_trap_is_an_option_error(include, exclude, why):
@@ -290,4 +292,45 @@ def test_a_pinned_tensor_records_the_rule_that_pinned_it():
     again = _tensors(_discover(models.Shared(), models.x_inputs()), "layers.1")
     assert again["layers.1.fc1.weight"].pin_reason == (
         "its trap 'layers.1' runs 2 times per iteration with other work between"
+    )
+
+
+def test_a_class_exclude_pins_the_tensors_of_its_modules_inside_a_trap():
+    d = _discover(models.Stack(), models.stack_inputs(), exclude=("class:LayerNorm",))
+    assert d.plan.traps == ("layers.0", "layers.1", "layers.2")
+    layer = _tensors(d, "layers.1")
+    for name in ("layers.1.norm.weight", "layers.1.norm.bias"):
+        assert not layer[name].offloadable
+        assert layer[name].pin_reason == (
+            "the exclude pattern 'class:LayerNorm' matches the module 'layers.1.norm' it is in"
+        )
+    assert layer["layers.1.fc1.weight"].offloadable
+
+
+class _BlockTwice(torch.nn.Module):
+    """One block object at two paths: `spare` (never called there, registered first: its
+    tensors' canonical names) and inside `body`, which runs it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spare = models.Block()
+        self.body = torch.nn.Sequential(self.spare, torch.nn.Linear(models.DIM, models.DIM))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_a_class_exclude_pins_a_repeated_module_at_every_path():
+    d = _discover(_BlockTwice(), models.x_inputs(), include=("body",), exclude=("class:Block",))
+    assert d.plan.traps == ("body",)
+    body = _tensors(d, "body")
+    assert body["body.1.weight"].offloadable and body["body.1.bias"].offloadable
+    pinned = {n: t for n, t in body.items() if n.startswith(("spare.", "body.0."))}
+    # its 6 parameters at both paths and its buffer at `body.0` (`spare.scale` is untrapped)
+    assert len(pinned) == 13 and not any(t.offloadable for t in pinned.values())
+    assert pinned["spare.fc1.weight"].pin_reason == (
+        "the exclude pattern 'class:Block' matches the module 'spare' it is in"
+    )
+    assert pinned["body.0.fc1.weight"].pin_reason == (
+        "the exclude pattern 'class:Block' matches the module 'body.0' it is in"
     )

@@ -195,6 +195,24 @@ def test_cli_patterns_and_determinism(tmp_path, capsys):
     assert up["blocks.3.up.bias"].placement == "resident"  # parameter-level: only the weight
 
 
+def test_cli_class_exclude_keeps_its_modules_resident_and_explain_names_it(tmp_path, capsys):
+    """`--exclude class:LayerNorm` inside the block traps: the norms' weights stay resident, and
+    `inspect --explain` names the class pattern and the module it matched."""
+    out = tmp_path / "ln.msgpack"
+    _ftc(capsys, "profile", str(ROOT / "profiles/tiny_transformer.py"), "--target", "a100-80g",
+         "--exclude", "class:LayerNorm", "--granularity", "modules", "--quiet", "-o", str(out))  # fmt: skip
+    assert [t.name for t in load(out).traps if t.kind == "module"] == [
+        f"blocks.{i}" for i in range(6)]  # fmt: skip
+    doc = json.loads(_ftc(capsys, "inspect", str(out), "--explain", "--json"))
+    why = {t["name"]: t for t in doc["explain"]["tensors"]}
+    for name in ("blocks.2.attn_norm.weight", "blocks.2.mlp_norm.bias"):
+        module = name.rpartition(".")[0]
+        assert why[name]["placement"] == "resident"
+        assert why[name]["reason"] == ("kept resident: not offloadable: the exclude pattern "
+                                       f"'class:LayerNorm' matches the module {module!r} it is in")  # fmt: skip
+    assert "not offloadable" not in why["blocks.2.up.weight"]["reason"]
+
+
 def test_cli_pattern_that_matches_nothing_is_one_line(tmp_path, capsys):
     path = str(ROOT / "profiles/tiny_transformer.py")
     code = run_guarded(lambda: app(["profile", path, "--include", "layers.*", "--target", "l4",

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from flextensor_compile.discover.patterns import default_include, select_traps
+from flextensor_compile.discover.patterns import (
+    default_include,
+    excluding_pattern,
+    exclusion,
+    select_traps,
+)
 from flextensor_runtime.errors import ConfigError
 from tests.compile import models
 
@@ -115,3 +120,56 @@ def test_a_module_repeated_in_a_list_is_one_trap_at_its_first_path(include):
 def test_a_pattern_naming_a_repeat_names_its_first_path():
     with pytest.raises(ConfigError, match=r"same module object as 'layers.0'.*include 'layers.0'"):
         select_traps(_Repeated(), ("layers.1",), ())
+
+
+def test_a_class_exclude_covers_the_subtree_of_each_module_of_that_class():
+    """The default include (`layers.?*`) also matches the layers inside each block: excluding
+    the blocks by class must exclude those too, not promote them to traps."""
+    sel = select_traps(models.Stack(), (), ("class:Block",))
+    assert sel.traps == () and sel.excluded_by == ("class:Block",)
+    sel = select_traps(models.Stack(), ("layers.?*", "head"), ("class:Block",))
+    assert sel.traps == ("head",) and sel.excluded_by == ("class:Block",)
+    sel = select_traps(models.Stack(), ("layers.0.fc?.weight",), ("class:Block",))
+    assert sel.traps == () and sel.excluded_by == ("class:Block",)  # parameter-level too
+
+
+@pytest.mark.parametrize("granularity", ["modules", "leaves"])
+def test_a_class_exclude_drops_every_leaf_under_an_excluded_module(granularity):
+    leaves = granularity == "leaves"
+    sel = select_traps(models.Stack(), ("layers",), ("class:Block",), leaves=leaves)
+    assert sel.traps == (() if leaves else ("layers",))  # the list itself is no Block
+    assert sel.excluded_by == (("class:Block",) if leaves else ())
+    sel = select_traps(models.Stack(), ("layers.?*",), ("class:LayerNorm",), leaves=leaves)
+    kept = [f"layers.{i}.fc{j}" for i in range(3) for j in (1, 2)]
+    assert sel.traps == (tuple(kept) if leaves else ("layers.0", "layers.1", "layers.2"))
+
+
+def test_a_class_exclude_covers_every_path_of_a_repeated_module():
+    class Repeated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            shared = models.Block()
+            self.layers = nn.ModuleList([shared, nn.Linear(8, 8), shared, models.Block()])
+            self.body = nn.Sequential(shared, nn.Linear(8, 8))  # the same block again, nested
+
+    model = Repeated()
+    sel = select_traps(model, ("layers.?*", "body"), ("class:Block",))
+    assert sel.traps == ("layers.1", "body")
+    paths = sel.excluded_classes["class:Block"]
+    assert {"layers.0", "layers.2", "layers.3", "body.0"} <= paths
+    assert excluding_pattern("layers.2.fc1.weight", sel.exclude, sel.excluded_classes) == (
+        "class:Block"
+    )
+    assert exclusion("body.0.norm.bias", sel.exclude, sel.excluded_classes) == (
+        "class:Block", "body.0")  # fmt: skip
+    assert excluding_pattern("body.1.weight", sel.exclude, sel.excluded_classes) is None
+
+
+def test_the_first_exclude_pattern_covering_a_path_is_named():
+    sel = select_traps(models.Stack(), ("layers.?*",), ("class:Linear", "layers.1"))
+    assert exclusion("layers.1.fc1.weight", sel.exclude, sel.excluded_classes) == (
+        "class:Linear", "layers.1.fc1")  # fmt: skip
+    assert exclusion("layers.1.norm.weight", sel.exclude, sel.excluded_classes) == (
+        "layers.1", "layers.1")  # fmt: skip
+    assert sel.traps == ("layers.0", "layers.2")
+    assert sel.excluded_by == ("class:Linear", "layers.1")  # each removed a chosen module

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flextensor_compile.solve import BandwidthModel
+from flextensor_compile.solve.families import window_ms
 from flextensor_compile.solve.problem import TINY_RATIO, align_up, discovery_pin
 from flextensor_compile.units import format_bytes
 from flextensor_runtime.profile import Profile, TensorEntry
@@ -39,17 +40,8 @@ class PlanFacts:
 
 
 def solver_window_ms(profile: Profile, order: int) -> float:
-    """The transfer window the solver gives trap `order`: the compute of the traps before it,
-    back to and including the first module trap (gap traps widen it), as `solve.families` does."""
-    traps = profile.traps
-    n = len(traps)
-    total, k = 0.0, order - 1
-    for _ in range(n - 1):
-        total += traps[k % n].compute_ms
-        if traps[k % n].kind != "gap":
-            break
-        k -= 1
-    return total
+    """The transfer window the solver gives trap `order` (`solve.families.window_ms`)."""
+    return window_ms(profile.traps, order)
 
 
 def resident_reason(facts: PlanFacts, e: TensorEntry, order: int) -> str:

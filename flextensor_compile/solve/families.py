@@ -9,16 +9,17 @@ Must not know: blocks, schedules, budgets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 from flextensor_compile.solve.cover import cover_selections, cover_sizes
 from flextensor_compile.solve.plan import Pick, PlanCache, Selection
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.subset import SubsetTable
 
-__all__ = ["MIN_WINDOW_MS", "CapFamily", "Context", "make_context"]
+__all__ = ["MIN_WINDOW_MS", "CapFamily", "Context", "make_context", "window_ms"]
 
 CapFamily = Callable[[float], tuple[float, ...]]  # level x -> per-trap cap in slot bytes
 _GOLDEN = 0.6180339887498949
@@ -198,19 +199,29 @@ def _per_window(windows: tuple[float, ...], cap: Callable[[float], float]) -> tu
     return tuple([caps[w] for w in windows])
 
 
-def _windows(problem: Problem) -> tuple[float, ...]:
-    traps = problem.traps
+class _Timed(Protocol):
+    @property
+    def compute_ms(self) -> float: ...
+
+    @property
+    def kind(self) -> str: ...
+
+
+def window_ms(traps: Sequence[_Timed], order: int) -> float:
+    """Trap `order`'s transfer window: the compute of the traps before it, back to and
+    including the first module trap (gap traps widen it), cyclic over the iteration."""
     n = len(traps)
-    out = []
-    for i in range(n):
-        total, k = 0.0, i - 1
-        for _ in range(n - 1):
-            total += traps[k % n].compute_ms
-            if traps[k % n].kind != "gap":
-                break
-            k -= 1
-        out.append(total)
-    return tuple(out)
+    total, k = 0.0, order - 1
+    for _ in range(n - 1):
+        total += traps[k % n].compute_ms
+        if traps[k % n].kind != "gap":
+            break
+        k -= 1
+    return total
+
+
+def _windows(problem: Problem) -> tuple[float, ...]:
+    return tuple(window_ms(problem.traps, i) for i in range(len(problem.traps)))
 
 
 def make_context(problem: Problem) -> Context:

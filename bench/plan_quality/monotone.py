@@ -79,7 +79,7 @@ def sweep_one(seed: int) -> tuple[Finding | None, Finding | None]:
         if best is None or plan.makespan_ms < best[0] * (1 - SAME):
             best = (plan.makespan_ms, plan.peak_bytes, f)
         elif plan.makespan_ms <= best[0] * (1 + SAME) and plan.peak_bytes < best[1]:
-            best = (best[0], plan.peak_bytes, best[2])
+            best = (best[0], plan.peak_bytes, f)
     return rise, peak
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from importlib import metadata
 
 from flextensor_compile.emit import emit_profile
-from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve
+from flextensor_compile.solve import Plan, Problem, problem_from_stats, solve, try_solve
 from flextensor_compile.stats import Stats
 from flextensor_runtime.errors import BudgetError, StatsFormatError
 from flextensor_runtime.profile import Meta, PlanConfig, Predicted, Profile, check_profile
 from flextensor_runtime.profile.fields import MAX_NUMBER
 
-__all__ = ["package_version", "plan_profile", "solve_stats"]
+__all__ = ["package_version", "plan_profile", "solve_stats", "try_solve_stats"]
 
 
 def package_version(name: str) -> str:
@@ -32,6 +32,24 @@ def solve_stats(stats: Stats, config: PlanConfig) -> tuple[Problem, Plan]:
     """Build the problem from stats and solve it with the configured strategy."""
     problem = problem_from_stats(stats, config)
     plan = solve(problem, config.strategy)
+    over = _over_device(stats, problem, plan)
+    if over is not None:
+        raise over
+    return problem, plan
+
+
+def try_solve_stats(stats: Stats, config: PlanConfig) -> tuple[Problem, Plan] | None:
+    """`solve_stats`, None where it raises `BudgetError` (without searching for the smallest
+    budget a plan fits: for callers that only ask whether one does)."""
+    problem = problem_from_stats(stats, config)
+    plan = try_solve(problem, config.strategy)
+    if plan is None or _over_device(stats, problem, plan) is not None:
+        return None
+    return problem, plan
+
+
+def _over_device(stats: Stats, problem: Problem, plan: Plan) -> BudgetError | None:
+    """The error for a latency-mode plan that keeps more on the device than it has."""
     device_bytes = stats.device.memory_bytes
     # an emulated device is sized to the weight bytes, which block alignment may exceed
     real = stats.device.kind != "emulated"
@@ -39,12 +57,12 @@ def solve_stats(stats: Stats, config: PlanConfig) -> tuple[Problem, Plan]:
         reserve = problem.reserve_bytes
         held = f" (with the --activation-reserve of {reserve})" if reserve else ""
         fix = " or lower --activation-reserve" if reserve else ""
-        raise BudgetError(
+        return BudgetError(
             f"the latency-mode plan keeps {plan.peak_bytes} bytes on the device{held} but "
             f"{stats.device.name} has {device_bytes} bytes; pass --mem-fraction (e.g. 0.9) or "
             f"--budget to plan streaming within the device{fix}"
         )
-    return problem, plan
+    return None
 
 
 def plan_profile(

@@ -14,11 +14,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from flextensor_compile.planning import solve_stats
+from flextensor_compile.planning import try_solve_stats
 from flextensor_compile.solve import Plan, Problem, exposed_call_ms, prefer_leaves
 from flextensor_compile.stats import Stats, canonical_stats
 from flextensor_runtime.counts import count_of
-from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.model_tensors import owner_path
 from flextensor_runtime.profile import PlanConfig
 
@@ -32,10 +31,7 @@ Solved = tuple[Problem, Plan]
 
 def _solved(stats: Stats, config: PlanConfig) -> Solved | None:
     """The plan `ftc plan` would make from these stats (None: none fits the budget)."""
-    try:
-        return solve_stats(canonical_stats(stats), config)
-    except BudgetError:
-        return None
+    return try_solve_stats(canonical_stats(stats), config)
 
 
 def _cost_ms(solved: Solved) -> float:

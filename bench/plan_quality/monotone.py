@@ -16,9 +16,8 @@ import argparse
 import random
 from dataclasses import dataclass
 
-from flextensor_compile.solve import problem_from_stats, solve
+from flextensor_compile.solve import problem_from_stats, try_solve
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
-from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import DeviceSpec, PlanConfig
 
 FRACTIONS = tuple(k / 20 for k in range(4, 23))  # 0.2 .. 1.1
@@ -66,9 +65,8 @@ def sweep_one(seed: int) -> tuple[Finding | None, Finding | None]:
     for f in FRACTIONS:
         config = PlanConfig(budget_bytes=int(weights * f) + reserve,
                             activation_reserve_bytes=reserve)  # fmt: skip
-        try:
-            plan = solve(problem_from_stats(stats, config))
-        except BudgetError:
+        plan = try_solve(problem_from_stats(stats, config))
+        if plan is None:
             continue
         if best is not None:
             ms, top, at = best

@@ -19,7 +19,7 @@ from flextensor_compile.solve.problem import (
     problem_from_stats,
 )
 from flextensor_compile.solve.simulate import CopyJob, Simulation, simulate
-from flextensor_compile.solve.strategies import DEFAULT_STRATEGY, STRATEGIES, solve
+from flextensor_compile.solve.strategies import DEFAULT_STRATEGY, STRATEGIES, solve, try_solve
 from flextensor_compile.solve.subset import SubsetTable
 
 __all__ = [
@@ -51,4 +51,5 @@ __all__ = [
     "solve",
     "staging_bound",
     "staging_bound_ms",
+    "try_solve",
 ]

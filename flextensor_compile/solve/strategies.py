@@ -48,7 +48,7 @@ from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import budget_error, fit_level, least_budget, peak_of
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve"]
+__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve", "try_solve"]
 
 DEFAULT_STRATEGY = "adaptive"
 STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack",
@@ -372,17 +372,23 @@ def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:
     """The best plan `strategy` finds; `BudgetError` (with the smallest feasible budget) if none
     fits in memory mode. `adaptive` also lifts the plan of the traps merged by parent module
     (`grouping`) back onto the traps."""
-    plan = _solve(problem, strategy, grouped=True)
+    plan = try_solve(problem, strategy)
     if plan is None:
         raise budget_error(problem, strategy, DEFAULT_STRATEGY, partial(_least_budget, problem))
     return plan
+
+
+def try_solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan | None:
+    """`solve`, None where no plan fits the budget (without the search for the smallest budget
+    one fits that `BudgetError` states: for callers that only ask whether a plan fits)."""
+    return _solve(problem, strategy, grouped=True)
 
 
 def _least_budget(problem: Problem, strategy: str) -> int | None:
     """The smallest budget a `strategy` plan fits (`search.least_budget` of its solves)."""
 
     def peak_at(budget: int) -> int | None:
-        plan = _solve(replace(problem, budget_bytes=budget), strategy, grouped=True)
+        plan = try_solve(replace(problem, budget_bytes=budget), strategy)
         return None if plan is None else plan.peak_bytes
 
     return least_budget(problem, peak_at)

@@ -12,10 +12,15 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flextensor_compile.solve import STRATEGIES, assign_blocks, problem_from_stats, solve
+from flextensor_compile.solve import (
+    STRATEGIES,
+    assign_blocks,
+    problem_from_stats,
+    solve,
+    try_solve,
+)
 from flextensor_compile.solve.assign import assigned_bytes
 from flextensor_compile.stats import Stats, TrapStat
-from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import PlanConfig
 from tests.solve.instances import device, random_stats, tensor, total_bytes
 
@@ -85,8 +90,5 @@ def test_a_larger_budget_fits_where_a_smaller_one_did(
     for share in (fraction, fraction + more):
         config = PlanConfig(budget_bytes=max(1, int(share * weights)), min_blocks=blocks,
                             num_blocks=blocks if fixed else None)  # fmt: skip
-        try:
-            plans.append(solve(problem_from_stats(stats, config)))
-        except BudgetError:
-            plans.append(None)
+        plans.append(try_solve(problem_from_stats(stats, config)))
     assert plans[0] is None or plans[1] is not None

@@ -20,6 +20,7 @@ from flextensor_compile.solve import (
     solve,
     staging_bound,
     staging_bound_ms,
+    try_solve,
 )
 from flextensor_compile.stats import Stats, TrapStat
 from flextensor_runtime.errors import BudgetError
@@ -87,10 +88,9 @@ def memory_problems(draw: st.DrawFn) -> Problem:
 
 def _plans(problem: Problem):
     for strategy in STRATEGIES:
-        try:
-            yield solve(problem, strategy)
-        except BudgetError:
-            continue
+        plan = try_solve(problem, strategy)
+        if plan is not None:
+            yield plan
 
 
 def _simple_lb_ms(problem: Problem) -> float:

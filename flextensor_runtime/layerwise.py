@@ -20,12 +20,8 @@ from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.vram.copy_backend import CopyBackend, CudaCopyBackend
-from flextensor_runtime.vram.layer_window import (
-    LayerWindow,
-    WindowCounters,
-    carried_fields,
-    with_fields,
-)
+from flextensor_runtime.vram.field_moves import carried_fields, with_fields
+from flextensor_runtime.vram.layer_window import LayerWindow, WindowCounters
 from flextensor_runtime.vram.tensor_slots import managed_parameters, replace_parameters
 
 __all__ = [

@@ -211,24 +211,13 @@ def _check_no_profile(model: nn.Module) -> None:
     """An offload profile's traps already stream or hold these weights: layer-wise hooks on top
     would rebind parameters the traps manage (the reverse of `offload_from_profile`'s check).
     That holds for a model with a profile, one holding such a model, and a submodule of one."""
-    from flextensor_runtime.deploy import installed_root  # deploy imports us
+    from flextensor_runtime.deploy import profile_conflict  # deploy imports us
 
-    for name, module in model.named_modules():
-        root = installed_root(module)
-        if root is None:
-            continue
-        where = f"its submodule {name!r}" if name else "it"
-        if root is module:
-            raise ConfigError(
-                f"this {type(model).__name__} cannot take layer-wise offload: {where} has an "
-                "offload profile installed by offload_from_profile; call handle(model).remove() "
-                "first, or keep the profile alone"
-            )
-        owner = type(root).__name__
+    conflict = profile_conflict(model)
+    if conflict is not None:
         raise ConfigError(
-            f"this {type(model).__name__} cannot take layer-wise offload: {where} is part of a "
-            f"{owner} that has an offload profile installed by offload_from_profile; call "
-            f"handle(model).remove() on that {owner} first, or keep the profile alone"
+            f"this {type(model).__name__} cannot take layer-wise offload: {conflict}, or keep the "
+            "profile alone"
         )
 
 

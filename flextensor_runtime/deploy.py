@@ -24,8 +24,7 @@ from flextensor_runtime.cache_section import cache_section_from_extensions, inst
 from flextensor_runtime.errors import BudgetError, ConfigError, ProfileFormatError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.install import Deployment, install
-from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
-from flextensor_runtime.layerwise import _LAYER_ATTR as LAYER_MARK
+from flextensor_runtime.layerwise import layerwise_conflict
 from flextensor_runtime.lazy_load import Checkpoint
 from flextensor_runtime.manual import current_model
 from flextensor_runtime.offloader_marks import (
@@ -248,18 +247,9 @@ def _check_no_other_offloader(model: nn.Module) -> None:
     """The profile's traps would run beside another profile, VRAM wrappers or layer-wise offload
     that keep the same weights elsewhere: on the model, on one of its submodules, or on a model
     it is part of (the reverse of `enable_vram_management`'s and layer-wise offload's checks)."""
-    conflict = profile_conflict(model)
+    conflict = profile_conflict(model) or layerwise_conflict(model)
     if conflict is not None:
         raise ConfigError(f"this {type(model).__name__} cannot take an offload profile: {conflict}")
-    marks = (LAYERWISE_MARK, LAYER_MARK)  # the offloaded model, each layer of its stack
-    layered = next((n for n, m in model.named_modules() if any(k in m.__dict__ for k in marks)),
-                   None)  # fmt: skip
-    if layered is not None:
-        where = f"its submodule {layered!r} has" if layered else "it has"
-        raise ConfigError(
-            f"this {type(model).__name__} cannot take an offload profile: {where} layer-wise CPU "
-            "offload; call disable() on its LayerwiseOffloadHandle before offload_from_profile"
-        )
     wrapped = next((n for n, m in model.named_modules() if isinstance(m, AutoTorchModule)), None)
     if wrapped is not None:
         raise ConfigError(

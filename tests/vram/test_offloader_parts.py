@@ -1,10 +1,12 @@
-"""Offloaders exclude each other part by part: `offload_from_profile` and
-`enable_vram_management` refuse a submodule of a deployed model (a layer, a module inside a
-layer, a part kept on the device) and a container holding one, with a one-line error naming that
-model and the fix, and leave everything unchanged. Once the profile is removed, the same call
-succeeds."""
+"""Offloaders exclude each other part by part: `offload_from_profile`, `enable_vram_management`
+and layer-wise offload each refuse a submodule of a model another one manages (a layer, a
+module inside a layer, a part kept on the device) and a container holding such a model, with a
+one-line error naming that model and the fix, and leave everything unchanged. Once the other
+offloader is removed, the same call succeeds."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -12,7 +14,9 @@ from torch import nn
 
 from flextensor_runtime import AutoWrappedLinear, AutoWrappedModule, handle
 from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.layerwise import enable_layerwise_offload_on
 from flextensor_runtime.profile import Profile
+from flextensor_runtime.vram.copy_backend import ThreadCopyBackend
 from flextensor_runtime.vram.enable import (
     enable_vram_management,
     enable_vram_management_recursively,
@@ -135,3 +139,54 @@ def test_a_profile_on_a_container_of_a_deployed_model_is_refused() -> None:
         deploy(holder, holder_profile)
     assert _state(model) == before and "_ft_handle" not in holder.__dict__
     _same_output(model, plain)
+
+
+# -- a model with layer-wise offload ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_profile_on_a_part_of_a_layerwise_model_is_refused(part: str) -> None:
+    model, plain = _model()
+    sub = model.get_submodule(part)
+    part_profile = _part_profile(sub)
+    offload = enable_layerwise_offload_on(model, ThreadCopyBackend())
+    before = _state(model)
+    with pytest.raises(
+        ConfigError,
+        match=rf"this {type(sub).__name__} cannot take an offload profile: it is part of a TinyLM "
+        rf"that has layer-wise CPU offload \(as '{part}'\); call disable\(\) on that TinyLM's "
+        "LayerwiseOffloadHandle first",
+    ):
+        deploy(sub, part_profile)
+    assert _state(model) == before and "_ft_handle" not in sub.__dict__
+    _same_output(model, plain)
+    assert offload.disable()
+    assert not any("_flextensor_layerwise_member" in m.__dict__ for m in model.modules())
+    deploy(sub, part_profile)
+    _same_output(model, plain)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_other_installers_on_a_part_of_a_layerwise_model_are_refused(part: str) -> None:
+    model, plain = _model()
+    enable_layerwise_offload_on(model, ThreadCopyBackend())
+    before = _state(model)
+    sub = model.get_submodule(part)
+    where = rf"it is part of a TinyLM that has layer-wise CPU offload \(as '{part}'\)"
+    with pytest.raises(VramManagementError, match=rf"cannot take VRAM management: {where}"):
+        enable_vram_management(sub, WRAPPERS, {})
+    with pytest.raises(ConfigError, match=rf"cannot take layer-wise offload: {where}"):
+        enable_layerwise_offload_on(sub, ThreadCopyBackend(), layer_container=None)
+    holder = nn.Sequential(model)  # a second layer-wise offload around the first
+    with pytest.raises(ConfigError, match="its submodule '0' has layer-wise CPU offload"):
+        enable_layerwise_offload_on(holder, ThreadCopyBackend())
+    assert _state(model) == before
+    _same_output(model, plain)
+
+
+def test_a_copy_of_a_part_of_a_layerwise_model_is_free() -> None:
+    model, _ = _model()
+    enable_layerwise_offload_on(model, ThreadCopyBackend())
+    part = copy.deepcopy(model.blocks[1].down)  # a plain Linear: nothing manages the copy
+    deploy(part, _part_profile(part))
+    assert "_ft_handle" in part.__dict__

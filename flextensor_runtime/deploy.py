@@ -11,7 +11,6 @@ Must not know: the compiler, typer or rich; how traps, blocks or copies work ins
 from __future__ import annotations
 
 import os
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +24,15 @@ from flextensor_runtime.cache_section import cache_section_from_extensions, inst
 from flextensor_runtime.errors import BudgetError, ConfigError, ProfileFormatError
 from flextensor_runtime.events import EventLog
 from flextensor_runtime.install import Deployment, install
-from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
-from flextensor_runtime.layerwise import _LAYER_ATTR as LAYER_MARK
+from flextensor_runtime.layerwise import layerwise_conflict
 from flextensor_runtime.lazy_load import Checkpoint
 from flextensor_runtime.manual import current_model
+from flextensor_runtime.offloader_marks import (
+    find_managed,
+    mark_members,
+    marked_root,
+    unmark_members,
+)
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
 from flextensor_runtime.vram.autotorch import AutoTorchModule
@@ -41,10 +45,11 @@ __all__ = [
     "load_profile",
     "offload_from_profile",
     "print_report",
+    "profile_conflict",
 ]
 
 _HANDLE_ATTR = "_ft_handle"
-# on each submodule of a model with a profile installed: a weak reference to that model
+# on each submodule of a model with a profile installed: a `MemberMark` pointing at that model
 _MEMBER_ATTR = "_ft_profile_member"
 
 
@@ -54,9 +59,20 @@ def installed_root(module: nn.Module) -> nn.Module | None:
     installed profile manages it."""
     if _HANDLE_ATTR in module.__dict__:
         return module
-    mark = module.__dict__.get(_MEMBER_ATTR)
-    root = mark() if isinstance(mark, weakref.ref) else None
+    root = marked_root(module, _MEMBER_ATTR)
     return root if root is not None and _HANDLE_ATTR in root.__dict__ else None
+
+
+def profile_conflict(module: nn.Module) -> str | None:
+    """Where an installed offload profile manages `module`, one of its submodules, or a model
+    it is part of, with the fix, as a clause for another installer's one-line error; None when
+    none does."""
+    found = find_managed(module, installed_root)
+    if found is None:
+        return None
+    on = f" on {found.target}" if found.target else ""
+    has = "an offload profile installed by offload_from_profile"
+    return f"{found.where(has)}; call handle(model).remove(){on} first"
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
@@ -160,10 +176,7 @@ class OffloadHandle:
         dep.runtime = None
         dep.hosts.clear()
         dep.model.__dict__.pop(_HANDLE_ATTR, None)
-        for module in self.members:
-            mark = module.__dict__.get(_MEMBER_ATTR)
-            if isinstance(mark, weakref.ref) and mark() is dep.model:
-                del module.__dict__[_MEMBER_ATTR]
+        unmark_members(self.members, _MEMBER_ATTR, dep.model)
         self.members.clear()
         if current_model.get() is dep.model:
             current_model.set(None)
@@ -231,17 +244,12 @@ def _install_sections(h: OffloadHandle, model: nn.Module, profile: Profile) -> N
 
 
 def _check_no_other_offloader(model: nn.Module) -> None:
-    """The profile's traps would run beside VRAM wrappers or layer-wise offload that keep the
-    same weights elsewhere (the reverse of `enable_vram_management`'s check)."""
-    marks = (LAYERWISE_MARK, LAYER_MARK)  # the offloaded model, each layer of its stack
-    layered = next((n for n, m in model.named_modules() if any(k in m.__dict__ for k in marks)),
-                   None)  # fmt: skip
-    if layered is not None:
-        where = f"its submodule {layered!r} has" if layered else "it has"
-        raise ConfigError(
-            f"this {type(model).__name__} cannot take an offload profile: {where} layer-wise CPU "
-            "offload; call disable() on its LayerwiseOffloadHandle before offload_from_profile"
-        )
+    """The profile's traps would run beside another profile, VRAM wrappers or layer-wise offload
+    that keep the same weights elsewhere: on the model, on one of its submodules, or on a model
+    it is part of (the reverse of `enable_vram_management`'s and layer-wise offload's checks)."""
+    conflict = profile_conflict(model) or layerwise_conflict(model)
+    if conflict is not None:
+        raise ConfigError(f"this {type(model).__name__} cannot take an offload profile: {conflict}")
     wrapped = next((n for n, m in model.named_modules() if isinstance(m, AutoTorchModule)), None)
     if wrapped is not None:
         raise ConfigError(
@@ -334,10 +342,7 @@ def offload_from_profile(
 def _mark_members(h: OffloadHandle, model: nn.Module) -> None:
     """Mark every submodule as managed by `model`'s profile, so another offloader called on a
     submodule (whose parameters the traps stream or keep resident) can find the profile."""
-    for module in model.modules():
-        if module is not model:
-            module.__dict__[_MEMBER_ATTR] = weakref.ref(model)
-            h.members.append(module)
+    h.members.extend(mark_members(model, _MEMBER_ATTR))
 
 
 def print_report(model: nn.Module) -> str:

@@ -1,8 +1,9 @@
 """Layer-wise CPU offload: keep a layer stack's weights on the host, stream one layer at a time.
 
 Owns: finding the layer stack (a ModuleList, or an explicitly named Sequential), moving the rest
-of the model to the device, installing and removing the hooks, the handle with its report, and
-the mutation scope for in-place weight edits. Without CUDA the public entry returns a disabled
+of the model to the device, installing and removing the hooks, the handle with its report, the
+mutation scope for in-place weight edits, and the marks by which other offloaders find it from
+any submodule (`layerwise_root`). Without CUDA the public entry returns a disabled
 handle; `enable_layerwise_offload_on` runs the same logic on any `CopyBackend` (e.g. the CPU
 `ThreadCopyBackend`).
 Must not know: how copies are issued (see `vram.copy_backend`, `vram.layer_window`).
@@ -19,13 +20,15 @@ import torch
 from torch import nn
 
 from flextensor_runtime.errors import ConfigError
-from flextensor_runtime.vram.copy_backend import CopyBackend, CudaCopyBackend
-from flextensor_runtime.vram.layer_window import (
-    LayerWindow,
-    WindowCounters,
-    carried_fields,
-    with_fields,
+from flextensor_runtime.offloader_marks import (
+    find_managed,
+    mark_members,
+    marked_root,
+    unmark_members,
 )
+from flextensor_runtime.vram.copy_backend import CopyBackend, CudaCopyBackend
+from flextensor_runtime.vram.field_moves import carried_fields, with_fields
+from flextensor_runtime.vram.layer_window import LayerWindow, WindowCounters
 from flextensor_runtime.vram.tensor_slots import managed_parameters, replace_parameters
 
 __all__ = [
@@ -33,11 +36,44 @@ __all__ = [
     "LayerwiseReport",
     "enable_layerwise_cpu_offload",
     "enable_layerwise_offload_on",
+    "layerwise_conflict",
     "layerwise_offload_mutation_scope",
+    "layerwise_root",
 ]
 
 _HANDLE_ATTR = "_flextensor_layerwise_handle"
 _LAYER_ATTR = "_flextensor_layer_window"
+# on each submodule of a model with layer-wise offload: a `MemberMark` pointing at that model
+_MEMBER_ATTR = "_flextensor_layerwise_member"
+
+
+def layerwise_root(module: nn.Module) -> nn.Module | None:
+    """The model whose layer-wise offload manages `module`: `module` itself, or the model it was
+    a submodule of when the offload was enabled (its layer stack, a layer, a module inside a
+    layer, or a part kept on the device); None when no layer-wise offload manages it."""
+    if _HANDLE_ATTR in module.__dict__:
+        return module
+    root = marked_root(module, _MEMBER_ATTR)
+    return root if root is not None and _HANDLE_ATTR in root.__dict__ else None
+
+
+def layerwise_conflict(module: nn.Module, besides: nn.Module | None = None) -> str | None:
+    """Where layer-wise offload (other than one enabled on `besides`) manages `module`, one of
+    its submodules, or a model it is part of, with the fix, as a clause for another installer's
+    one-line error; None when none does."""
+
+    def root_of(m: nn.Module) -> nn.Module | None:
+        root = layerwise_root(m)
+        return None if root is besides else root
+
+    found = find_managed(module, root_of)
+    if found is None:
+        return None
+    owner = f"{found.target}'s" if found.target else "its"
+    return (
+        f"{found.where('layer-wise CPU offload')}; call disable() on {owner} "
+        "LayerwiseOffloadHandle first"
+    )
 
 
 @dataclass(frozen=True)
@@ -69,6 +105,7 @@ class LayerwiseOffloadHandle:
         self._window: LayerWindow | None = None
         self._hooks: list[Any] = []
         self._model: nn.Module | None = None
+        self._members: list[nn.Module] = []  # submodules marked for `layerwise_root`
 
     def __repr__(self) -> str:
         return (
@@ -126,6 +163,8 @@ class LayerwiseOffloadHandle:
             layer.__dict__.pop(_LAYER_ATTR, None)
         if self._model is not None:
             self._model.__dict__.pop(_HANDLE_ATTR, None)
+            unmark_members(self._members, _MEMBER_ATTR, self._model)
+        self._members.clear()
         self.enabled = False
         return True
 
@@ -211,28 +250,25 @@ def _move_resident(model: nn.Module, layers: list[nn.Module], device: torch.devi
                 module._parameters[key] = moved[id(param)]
 
 
-def _check_no_profile(model: nn.Module) -> None:
-    """An offload profile's traps already stream or hold these weights: layer-wise hooks on top
-    would rebind parameters the traps manage (the reverse of `offload_from_profile`'s check).
-    That holds for a model with a profile, one holding such a model, and a submodule of one."""
-    from flextensor_runtime.deploy import installed_root  # deploy imports us
+def _check_no_other_offloader(model: nn.Module) -> None:
+    """An offload profile's traps, or another layer-wise offload's hooks, already stream or hold
+    these weights: hooks on top would rebind parameters they manage (the reverse of
+    `offload_from_profile`'s check). That holds for a model with one, one holding such a model,
+    and a submodule of one. Layer-wise offload on `model` itself is "already enabled", not an
+    error."""
+    from flextensor_runtime.deploy import profile_conflict  # deploy imports us
 
-    for name, module in model.named_modules():
-        root = installed_root(module)
-        if root is None:
-            continue
-        where = f"its submodule {name!r}" if name else "it"
-        if root is module:
-            raise ConfigError(
-                f"this {type(model).__name__} cannot take layer-wise offload: {where} has an "
-                "offload profile installed by offload_from_profile; call handle(model).remove() "
-                "first, or keep the profile alone"
-            )
-        owner = type(root).__name__
+    profile = profile_conflict(model)
+    if profile is not None:
         raise ConfigError(
-            f"this {type(model).__name__} cannot take layer-wise offload: {where} is part of a "
-            f"{owner} that has an offload profile installed by offload_from_profile; call "
-            f"handle(model).remove() on that {owner} first, or keep the profile alone"
+            f"this {type(model).__name__} cannot take layer-wise offload: {profile}, or keep the "
+            "profile alone"
+        )
+    other = layerwise_conflict(model, besides=model)
+    if other is not None:
+        raise ConfigError(
+            f"this {type(model).__name__} cannot take layer-wise offload: {other}, or keep that "
+            "offload alone"
         )
 
 
@@ -267,7 +303,7 @@ def enable_layerwise_offload_on(
     existing = model.__dict__.get(_HANDLE_ATTR)
     if existing is not None:
         return LayerwiseOffloadHandle(True, existing.layer_count, reason="already enabled")
-    _check_no_profile(model)
+    _check_no_other_offloader(model)
     if layers is None:
         return LayerwiseOffloadHandle(
             False, 0, reason="no ModuleList found: pass layer_container= naming the layer stack"
@@ -298,6 +334,7 @@ def _install(
         layer.__dict__[_LAYER_ATTR] = (window, index)
     window.prefetch(0)
     model.__dict__[_HANDLE_ATTR] = handle
+    handle._members = mark_members(model, _MEMBER_ATTR)
     return handle
 
 
@@ -315,7 +352,7 @@ def enable_layerwise_cpu_offload(
     machines without CUDA or for a non-CUDA `device`.
     """
     _find_layers(model, layer_container)  # a bad argument fails on any machine
-    _check_no_profile(model)  # so does a model that already has an offload profile
+    _check_no_other_offloader(model)  # so does a model that already has an offload profile
     for flag, value in (("pin_memory", pin_memory), ("reuse_buffers", reuse_buffers)):
         if not isinstance(value, bool):
             raise ConfigError(f"{flag}={value!r} is invalid; pass True or False")

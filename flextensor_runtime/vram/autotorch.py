@@ -2,7 +2,8 @@
 
 Owns: the four stage placements, `state` (0 offloaded, 1 onloaded, 2 kept at computation
 placement), moving the managed parameters between placements (copies, or DiskMap loads and meta
-placeholders for the disk tier), temporary compute tensors, and the `vram_limit` check.
+placeholders for the disk tier) with their inner tensor fields (the rule is `field_moves`'),
+temporary compute tensors, and the `vram_limit` check.
 Must not know: what the wrapped module computes (subclasses own forward), profile files.
 """
 
@@ -15,6 +16,12 @@ import torch
 from torch import nn
 
 from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.vram.field_moves import (
+    carried_fields,
+    fields_at,
+    fields_placed,
+    with_fields,
+)
 from flextensor_runtime.vram.placement import (
     DeviceLike,
     MemoryReader,
@@ -185,13 +192,46 @@ class AutoTorchModule(nn.Module):
             for n in (self._managed() if names is None else names)
         }
 
+    def _read_field(
+        self, name: str, attr: str, inner: torch.Tensor, device: torch.device
+    ) -> torch.Tensor:
+        """A meta inner tensor field of managed parameter `name`, read from the disk map (key
+        `<parameter key>.<attr>`) on `device` in the field's own dtype."""
+        if self.disk_map is None:
+            raise VramManagementError(
+                f"module {self.name!r}: inner tensor field {self.param_name(name)}.{attr} is on "
+                "the meta device and there is no disk_map: pass disk_map= so it can be read"
+            )
+        dtype = inner.dtype if inner.is_floating_point() else None
+        return self.disk_map.load(f"{self.param_name(name)}.{attr}", dtype, device)
+
+    def _with_fields(
+        self, tensors: dict[str, torch.Tensor], target: Placement, pin: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """`tensors` (new versions of managed parameters, by name) as parameters that carry
+        those parameters' inner tensor fields at `target`, in their own dtype (`field_moves`)."""
+        managed = self._managed()
+        params = {n: managed[n] for n in tensors}
+        device = None if target.on_disk else target.torch_device()
+        copies = fields_at(params, device, pin, self._read_field)
+        return {n: with_fields(t.detach(), params[n], copies) for n, t in tensors.items()}
+
+    def _in_place(self, target: Placement) -> bool:
+        """Whether the stored parameters, already at `target`, need no new copies: pinned where
+        `_pin_host` wants (else every per-call copy to the GPU is a synchronous one) and with
+        their inner tensor fields beside them (`Module.to()` leaves fields where they were)."""
+        managed = self._managed()
+        pin = self._pin_host(target)
+        if pin and not all(p.is_pinned() for p in managed.values()):
+            return False
+        host = torch.device("cpu")
+        return fields_placed(managed, host if target.on_disk else target.torch_device(), pin)
+
     def _move_stored(self, target: Placement) -> None:
         """Make `target` the placement of the stored parameters (no-op when already there)."""
         if self.holds(target):
-            managed = self._managed()
-            if self._pin_host(target) and not all(p.is_pinned() for p in managed.values()):
-                # already on the host (a model built on the CPU) but pageable: pin it, or every
-                # per-call copy to the GPU is a synchronous one
+            if not self._in_place(target):
+                managed = self._managed()
                 self._replace_stored(target, lambda names: {n: managed[n] for n in names})
             return
         if self.stored is None and not self._managed():  # nothing to move (base: raises)
@@ -210,8 +250,9 @@ class AutoTorchModule(nn.Module):
         self, target: Placement, make: Callable[[list[str]], dict[str, torch.Tensor]]
     ) -> None:
         """Replace the stored parameters with their versions at `target`, made by `make(names)`
-        (pinned where `_pin_host`); a parameter a tied wrapper already moved to the same
-        placement takes that wrapper's new parameter, so ties hold and nothing is copied twice."""
+        (pinned where `_pin_host`), each carrying its inner tensor fields moved with it; a
+        parameter a tied wrapper already moved to the same placement takes that wrapper's new
+        parameter, so ties hold and nothing is copied twice."""
         pin = self._pin_host(target)
         managed = self._managed()
         keys = {
@@ -223,10 +264,12 @@ class AutoTorchModule(nn.Module):
             shared = moved_before(param, keys[name])
             if shared is not None:
                 new[name] = shared
+        made: dict[str, torch.Tensor] = {}
         for name, tensor in make([n for n in managed if n not in new]).items():
             tensor = tensor.detach()
-            tensor = tensor.pin_memory() if pin and not tensor.is_pinned() else tensor
-            moved = nn.Parameter(tensor, requires_grad=False)
+            made[name] = tensor.pin_memory() if pin and not tensor.is_pinned() else tensor
+        for name, moved in self._with_fields(made, target, pin).items():
+            assert isinstance(moved, nn.Parameter)
             record_move(managed[name], keys[name], moved)
             new[name] = moved
         replace_parameters(self._managed_root(), new, self._recurse_params)
@@ -238,19 +281,24 @@ class AutoTorchModule(nn.Module):
 
     def compute_tensors(self) -> dict[str, torch.Tensor]:
         """Managed tensors at computation placement: the stored ones when already there,
-        otherwise a temporary copy (the stored placement and `state` do not change)."""
-        if self.holds(self.stages.computation):
+        otherwise a temporary copy, as parameters that carry their inner tensor fields (the
+        stored placement and `state` do not change)."""
+        target = self.stages.computation
+        if self.holds(target):
             return self._managed()
-        return self._materialize(self.stages.computation)
+        return self._with_fields(self._materialize(target), target)
 
     def stored_bytes_at(self, target: Placement) -> int:
-        """Bytes the managed parameters would occupy at `target`."""
+        """Bytes the managed parameters, and their inner tensor fields (in their own dtype),
+        would occupy at `target`."""
         total = 0
+        fields: dict[int, torch.Tensor] = {}
         for name, p in self._managed().items():
             dtype = self._placement_dtype(name, target) or p.dtype
             itemsize = dtype.itemsize if p.is_floating_point() else p.element_size()
             total += p.numel() * itemsize
-        return total
+            fields.update((id(inner), inner) for _, inner in carried_fields(p))
+        return total + sum(f.numel() * f.element_size() for f in fields.values())
 
     # -- transitions ----------------------------------------------------------------------
     def _settle_state(self) -> None:

@@ -17,8 +17,10 @@ from typing import Any
 from torch import nn
 
 from flextensor_runtime.deploy import _HANDLE_ATTR as PROFILE_MARK
+from flextensor_runtime.deploy import profile_conflict
 from flextensor_runtime.errors import ConfigError, VramManagementError
 from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
+from flextensor_runtime.layerwise import layerwise_conflict
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.module import AutoWrappedNonRecurseModule
 from flextensor_runtime.vram.placement import resolve_stages
@@ -79,7 +81,8 @@ def _check_model(model: object) -> None:
 
 def _check_not_offloaded(model: nn.Module) -> None:
     """Wrappers would replace modules whose weights another offloader streams (its traps or
-    hooks would no longer run, and the wrappers would read weights it keeps elsewhere)."""
+    hooks would no longer run, and the wrappers would read weights it keeps elsewhere): on the
+    model, on one of its submodules, or on a model it is part of."""
     if PROFILE_MARK in model.__dict__:
         raise VramManagementError(
             f"this {type(model).__name__} is offloaded by offload_from_profile: call "
@@ -89,6 +92,17 @@ def _check_not_offloaded(model: nn.Module) -> None:
         raise VramManagementError(
             f"this {type(model).__name__} has layer-wise CPU offload: call disable() on its "
             "LayerwiseOffloadHandle first"
+        )
+    profile = profile_conflict(model)
+    if profile is not None:
+        raise VramManagementError(
+            f"this {type(model).__name__} cannot take VRAM management: {profile}, or put the "
+            "wrappers in the profile's vram section"
+        )
+    layered = layerwise_conflict(model)
+    if layered is not None:
+        raise VramManagementError(
+            f"this {type(model).__name__} cannot take VRAM management: {layered}"
         )
 
 

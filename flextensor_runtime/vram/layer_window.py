@@ -12,18 +12,17 @@ Must not know: how layers are found or hooks registered (see `layerwise`), CUDA 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from flextensor_runtime.errors import InferenceOnlyError
-from flextensor_runtime.model_tensors import inner_fields
 from flextensor_runtime.vram.copy_backend import CopyBackend, CopyTicket
+from flextensor_runtime.vram.field_moves import carried_fields, with_fields
 
-__all__ = ["LayerWindow", "WindowCounters", "carried_fields", "with_fields"]
+__all__ = ["LayerWindow", "WindowCounters"]
 
 
 @dataclass
@@ -60,41 +59,6 @@ def _collect(layer: nn.Module) -> _Layer:
                 for _, inner in carried_fields(param):
                     masters.setdefault(id(inner), inner)
     return _Layer(slots, masters)
-
-
-def _subclass_inner(param: torch.Tensor) -> set[str]:
-    """A tensor subclass's own inner tensors (its `__tensor_flatten__` names); none for a tensor."""
-    if not is_traceable_wrapper_subclass(param):
-        return set()
-    return set(param.__tensor_flatten__()[0])  # type: ignore[attr-defined]
-
-
-def carried_fields(param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-    """The inner tensor fields (`model_tensors.inner_fields`) that must be moved next to
-    `param`: all of them, less a tensor subclass's own inner tensors (its
-    `__tensor_flatten__` names), which the subclass copies itself when `param` is copied."""
-    own = _subclass_inner(param)
-    return [(attr, inner) for attr, inner in inner_fields(param) if attr not in own]
-
-
-def with_fields(
-    data: torch.Tensor,
-    param: torch.Tensor,
-    copies: Mapping[int, torch.Tensor],
-    requires_grad: bool = False,
-) -> nn.Parameter:
-    """`data` (a copy of `param`) as a parameter that carries `param`'s attributes, each inner
-    tensor field as its copy in `copies` (by id of the field; fields without one are carried
-    as they are), so an FP8 `weight.scale` goes where its weight goes. Not carried: a tensor
-    subclass's own inner tensors (`data` has its own) and our bookkeeping (`_flextensor_*`,
-    which describes `param`, not the copy)."""
-    new = nn.Parameter(data, requires_grad=requires_grad)
-    own = _subclass_inner(param)
-    for attr, value in vars(param).items():
-        if attr not in own and not attr.startswith("_flextensor"):
-            moved = copies.get(id(value)) if isinstance(value, torch.Tensor) else None
-            new.__dict__[attr] = value if moved is None else moved
-    return new
 
 
 class LayerWindow:

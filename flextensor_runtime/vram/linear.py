@@ -1,7 +1,8 @@
 """`AutoWrappedLinear`: a Linear whose weights move through the VRAM lifecycle stages.
 
-Owns: the Linear's weight/bias as managed parameters, disk loading of `name.weight` /
-`name.bias`, the dense or FP8 GEMM, and LoRA on the output.
+Owns: the Linear's weight/bias as managed parameters (with their inner tensor fields, which
+follow them through every transition; the GEMM itself does not read them), disk loading of
+`name.weight` / `name.bias`, the dense or FP8 GEMM, and LoRA on the output.
 Must not know: how modules are chosen for wrapping (see `enable`), profile files.
 """
 
@@ -92,7 +93,7 @@ class AutoWrappedLinear(AutoTorchModule):
         copy leaves the stored weights on meta (and `stored` and `state` as they were).
         """
         target = Placement.on(torch_dtype, device)
-        tensors = self._load_disk(target)
+        tensors = self._with_fields(self._load_disk(target), target)
         if assign:
             replace_parameters(self, tensors, recurse=False)
             self.stored = target

@@ -2,13 +2,15 @@
 
 Owns: managing all parameters of a subtree (or only a module's direct ones), keeping buffers
 resident at the computation device, disk materialisation and meta placeholders, compute copies
-(swapped in for one call, or cloned), and attribute fall-through to the wrapped module.
+(swapped in for one call, or cloned; each carries its parameter's inner tensor fields, moved as
+`field_moves` says), and attribute fall-through to the wrapped module.
 Must not know: how modules are chosen for wrapping (see `enable`), Linear specifics.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -16,6 +18,7 @@ from torch import nn
 
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.vram.autotorch import STATE_OFFLOADED, AutoTorchModule
+from flextensor_runtime.vram.field_moves import fields_at, with_fields
 from flextensor_runtime.vram.fp8 import is_float8
 from flextensor_runtime.vram.placement import DISK, DeviceLike, Placement
 from flextensor_runtime.vram.tensor_slots import (
@@ -120,7 +123,7 @@ class AutoWrappedModule(AutoTorchModule):
         `copy_module=True` returns a clone so the stored module, `stored` and `state` stay.
         """
         target = Placement.on(torch_dtype, device)
-        tensors = self._load_disk(target)
+        tensors = self._with_fields(self._load_disk(target), target)
         if copy_module:
             return self._clone_with(tensors)
         replace_parameters(self.module, tensors, self._recurse_params)
@@ -149,7 +152,9 @@ class AutoWrappedModule(AutoTorchModule):
                 f"of {self.name or type(self).__name__!r} but is not that module, so only part of "
                 "them would be dropped; pass the wrapper's module (wrapper.module) or a clone"
             )
-        meta = {n: torch.empty_like(p, device="meta") for n, p in params.items()}
+        fields = fields_at(params, None)  # the disk tier: real fields wait in host memory
+        meta = {n: with_fields(torch.empty_like(p, device="meta"), p, fields)
+                for n, p in params.items()}  # fmt: skip
         replace_parameters(model, meta, self._recurse_params)
 
     def _drop_to_disk(self) -> None:
@@ -169,12 +174,14 @@ class AutoWrappedModule(AutoTorchModule):
         self.state = STATE_OFFLOADED
 
     def cast_to(self, weight: Any, dtype: torch.dtype | None, device: DeviceLike) -> Any:
-        """A tensor: copy it. A module: a clone at `dtype`/`device`; the stored one is untouched."""
+        """A tensor: copy it. A module: a clone at `dtype`/`device` (inner tensor fields go to
+        `device` in their own dtype); the stored one is untouched."""
         if not isinstance(weight, nn.Module):
             return super().cast_to(weight, dtype, device)
         params = managed_parameters(weight, self._recurse_params)
-        tensors = {n: super(AutoWrappedModule, self).cast_to(p.detach(), dtype, device)
-                   for n, p in params.items()}  # fmt: skip
+        fields = fields_at(params, torch.device(device))
+        tensors = {n: with_fields(super(AutoWrappedModule, self).cast_to(p.detach(), dtype, device),
+                                  p, fields) for n, p in params.items()}  # fmt: skip
         return _clone_module(weight, params, tensors)
 
     def computation(self) -> nn.Module:
@@ -220,10 +227,12 @@ class AutoWrappedNonRecurseModule(AutoWrappedModule):
 
 
 def _clone_module(
-    module: nn.Module, params: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor]
+    module: nn.Module, params: Mapping[str, torch.Tensor], tensors: Mapping[str, torch.Tensor]
 ) -> nn.Module:
-    """Deep-copy `module` with `tensors` in place of `params` (the old tensors are not copied)."""
+    """Deep-copy `module` with `tensors` in place of `params` (the old tensors are not copied;
+    a parameter in `tensors` is used as it is, with the inner tensor fields it carries)."""
     memo: dict[int, Any] = {
-        id(params[n]): nn.Parameter(t, requires_grad=False) for n, t in tensors.items()
+        id(params[n]): t if isinstance(t, nn.Parameter) else nn.Parameter(t, requires_grad=False)
+        for n, t in tensors.items()
     }
     return copy.deepcopy(module, memo)

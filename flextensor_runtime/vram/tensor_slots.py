@@ -65,8 +65,12 @@ def replace_parameters(
 def swapped_parameters(
     root: nn.Module, new_by_name: Mapping[str, torch.Tensor], recurse: bool = True
 ) -> Iterator[None]:
-    """Use `new_by_name` as the parameters for the duration of the block, then restore them."""
-    wrapped = {n: nn.Parameter(t, requires_grad=False) for n, t in new_by_name.items()}
+    """Use `new_by_name` as the parameters for the duration of the block, then restore them.
+    A parameter in `new_by_name` is used as it is (with the attributes it carries)."""
+    wrapped = {
+        n: t if isinstance(t, nn.Parameter) else nn.Parameter(t, requires_grad=False)
+        for n, t in new_by_name.items()
+    }
     modules = {id(m): m for m in root.modules()} if recurse else {id(root): root}
     previous = _install(root, wrapped, recurse)
     try:

@@ -1,7 +1,8 @@
 """Shared construction steps of the VRAM wrappers.
 
 Owns: validating the wrappers' extra keyword options and finding where a module's weights are
-when it is wrapped (a real placement, or the disk tier for meta weights with a DiskMap).
+when it is wrapped (a real placement, or the disk tier for meta weights with a DiskMap), and
+that the checkpoint holds what must be read from it (meta weights, meta inner tensor fields).
 Must not know: what the wrappers compute.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 
 from flextensor_runtime.errors import ConfigError, DiskMapError, VramManagementError
+from flextensor_runtime.vram.field_moves import carried_fields
 from flextensor_runtime.vram.fp8 import FP8_BACKENDS
 from flextensor_runtime.vram.placement import DISK, Placement, StagePlacements
 
@@ -48,6 +50,7 @@ def initial_placement(
         )
     if not params:
         return None
+    _check_meta_fields(params, disk_map, name)
     first = next(iter(params.values()))
     if any(p.device != first.device for p in params.values()):
         devices = sorted({str(p.device) for p in params.values()})
@@ -87,3 +90,24 @@ def check_checkpoint(params: Mapping[str, torch.Tensor], disk_map: Any, name: st
                 f"checkpoint tensor {key!r} is {kind} {list(shape)} but module {name!r} needs "
                 f"{param.dtype} {list(param.shape)}: pass the checkpoint of this model"
             )
+
+
+def _check_meta_fields(params: Mapping[str, torch.Tensor], disk_map: Any, name: str) -> None:
+    """An inner tensor field on the meta device (a model built with buffers on meta) has no
+    values: it is read from `disk_map` with its parameter, so the map must hold it."""
+    for local, param in params.items():
+        for attr, inner in carried_fields(param):
+            if inner.device.type != "meta":
+                continue
+            key = f"{name}.{local}.{attr}" if name else f"{local}.{attr}"
+            if disk_map is None:
+                raise VramManagementError(
+                    f"module {name!r} has inner tensor field {key!r} on the meta device and no "
+                    "disk_map: pass disk_map= so it can be read from the checkpoint"
+                )
+            if hasattr(disk_map, "__contains__") and key not in disk_map:
+                raise DiskMapError(
+                    f"module {name!r} has inner tensor field {key!r} on the meta device but the "
+                    "checkpoint has no such tensor: pass a checkpoint that holds it, or build "
+                    "the model with its inner fields on the host"
+                )

@@ -10,6 +10,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from flextensor_runtime import DiskMap
+
 
 @dataclass
 class FakeMemoryReader:
@@ -53,3 +55,18 @@ def tiny_checkpoint(tiny_net: TinyNet, tmp_path: Path) -> Path:
     path = tmp_path / "tiny.safetensors"
     save_file({k: v.contiguous() for k, v in tiny_net.state_dict().items()}, str(path))
     return path
+
+
+def small_block() -> nn.Sequential:
+    """Linear(4, 4) -> LayerNorm(4), seeded: equal weights at every call."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)).eval()
+
+
+@pytest.fixture
+def block_disk_map(tmp_path: Path) -> DiskMap:
+    """A DiskMap over `small_block()`'s state dict saved under the prefix `blk.`."""
+    path = tmp_path / "blk.safetensors"
+    save_file({f"blk.{k}": v.contiguous() for k, v in small_block().state_dict().items()},
+              str(path))  # fmt: skip
+    return DiskMap(str(path), "cpu")

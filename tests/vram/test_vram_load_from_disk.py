@@ -4,15 +4,12 @@ after `keep()`, `offload()` or `onload()`; the clone path leaves both as they we
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from safetensors.torch import save_file
-from torch import nn
 
 from flextensor_runtime import AutoWrappedLinear, AutoWrappedModule, DiskMap
 from flextensor_runtime.vram.placement import Placement
+from tests.vram.conftest import small_block
 
 STAGES = dict(
     offload_device="disk",
@@ -23,24 +20,17 @@ STAGES = dict(
 )
 
 
-def _block() -> nn.Sequential:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)).eval()
-
-
 @pytest.fixture
-def disk_map(tmp_path: Path) -> DiskMap:
-    path = tmp_path / "blk.safetensors"
-    save_file({f"blk.{k}": v.contiguous() for k, v in _block().state_dict().items()}, str(path))
-    return DiskMap(str(path), "cpu")
+def disk_map(block_disk_map: DiskMap) -> DiskMap:
+    return block_disk_map
 
 
 def _wrapped(
     kind: str, disk_map: DiskMap, **stages: object
 ) -> AutoWrappedModule | AutoWrappedLinear:
     if kind == "linear":
-        return AutoWrappedLinear(_block()[0], name="blk.0", disk_map=disk_map, **stages)
-    return AutoWrappedModule(_block(), name="blk", disk_map=disk_map, **stages)
+        return AutoWrappedLinear(small_block()[0], name="blk.0", disk_map=disk_map, **stages)
+    return AutoWrappedModule(small_block(), name="blk", disk_map=disk_map, **stages)
 
 
 @pytest.mark.parametrize("kind", ["module", "linear"])
@@ -70,7 +60,7 @@ def test_loading_to_the_offload_placement_is_state_0(disk_map: DiskMap, kind: st
 @torch.no_grad()
 def test_a_kept_module_after_the_load_runs_its_stored_weights(disk_map: DiskMap) -> None:
     x = torch.randn(2, 4)
-    expected = _block()(x)
+    expected = small_block()(x)
     w = _wrapped("module", disk_map, **STAGES)
     w.load_from_disk(torch.float32, "cpu")
     assert w.state == 2 and w.holds(w.stages.computation)

@@ -15,18 +15,12 @@ from torch import nn
 
 from flextensor_runtime import AutoWrappedModule, AutoWrappedNonRecurseModule, DiskMap
 from flextensor_runtime.errors import ConfigError, DiskMapError
-
-
-def _block() -> nn.Sequential:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)).eval()
+from tests.vram.conftest import small_block
 
 
 @pytest.fixture
-def disk_map(tmp_path: Path) -> DiskMap:
-    path = tmp_path / "blk.safetensors"
-    save_file({f"blk.{k}": v.contiguous() for k, v in _block().state_dict().items()}, str(path))
-    return DiskMap(str(path), "cpu")
+def disk_map(block_disk_map: DiskMap) -> DiskMap:
+    return block_disk_map
 
 
 def _run(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -50,8 +44,8 @@ CONFIGS = {
 @pytest.mark.parametrize("target", ["module", "wrapper"])
 def test_the_stored_module_goes_to_disk_and_is_read_back(disk_map, config, target) -> None:
     x = torch.randn(2, 4)
-    expected = _run(_block(), x)
-    w = AutoWrappedModule(_block(), name="blk", disk_map=disk_map, **CONFIGS[config])
+    expected = _run(small_block(), x)
+    w = AutoWrappedModule(small_block(), name="blk", disk_map=disk_map, **CONFIGS[config])
     w.keep()
     assert w.state == 2
     buffers = dict(w.module.named_buffers())
@@ -64,7 +58,7 @@ def test_the_stored_module_goes_to_disk_and_is_read_back(disk_map, config, targe
     assert w.stored.device == "cpu" and w.state == 2
     assert torch.equal(_run(w, x), expected)
     w.offload()  # a cast offload placement rounds the weights again
-    rounded = _block()
+    rounded = small_block()
     dtype = CONFIGS[config].get("offload_dtype")
     if dtype is not None:
         for param in rounded.parameters():
@@ -74,7 +68,7 @@ def test_the_stored_module_goes_to_disk_and_is_read_back(disk_map, config, targe
 
 def test_without_a_disk_map_it_is_refused_and_nothing_changes() -> None:
     x = torch.randn(2, 4)
-    w = AutoWrappedModule(_block(), offload_device="cpu", computation_device="cpu", name="blk")
+    w = AutoWrappedModule(small_block(), offload_device="cpu", computation_device="cpu", name="blk")
     w.keep()
     params = {n: (p, p.clone()) for n, p in w.module.named_parameters()}
     with pytest.raises(ConfigError, match=r"'blk' has no disk_map.*DiskMap\(checkpoint"):
@@ -82,11 +76,11 @@ def test_without_a_disk_map_it_is_refused_and_nothing_changes() -> None:
     assert w.stored.device == "cpu" and w.state == 2
     for name, param in w.module.named_parameters():
         assert param is params[name][0] and torch.equal(param, params[name][1])
-    assert torch.equal(_run(w, x), _run(_block(), x))
+    assert torch.equal(_run(w, x), _run(small_block(), x))
 
 
 def test_a_disk_map_without_the_tensors_is_refused(disk_map) -> None:
-    w = AutoWrappedModule(_block(), offload_device="cpu", name="other", disk_map=disk_map)
+    w = AutoWrappedModule(small_block(), offload_device="cpu", name="other", disk_map=disk_map)
     weight = w.module[0].weight
     with pytest.raises(DiskMapError, match=r"no tensor 'other\.0\.weight'"):
         w.offload_to_disk(w.module)
@@ -95,20 +89,20 @@ def test_a_disk_map_without_the_tensors_is_refused(disk_map) -> None:
 
 def test_a_clone_goes_to_meta_and_the_wrapper_is_untouched(disk_map) -> None:
     x = torch.randn(2, 4)
-    w = AutoWrappedModule(_block(), name="blk", disk_map=disk_map, **CONFIGS["disk"])
+    w = AutoWrappedModule(small_block(), name="blk", disk_map=disk_map, **CONFIGS["disk"])
     clone = w.load_from_disk(None, "cpu", copy_module=True)
-    assert torch.equal(_run(clone, x), _run(_block(), x))
+    assert torch.equal(_run(clone, x), _run(small_block(), x))
     w.offload_to_disk(clone)
     assert all(p.device.type == "meta" for p in clone.parameters())
     assert w.stored.on_disk and w.state == 0
-    assert torch.equal(_run(w, x), _run(_block(), x))
-    lone = copy.deepcopy(_block())  # a module that is not the wrapper's: only it changes
+    assert torch.equal(_run(w, x), _run(small_block(), x))
+    lone = copy.deepcopy(small_block())  # a module that is not the wrapper's: only it changes
     w.offload_to_disk(lone)
     assert all(p.device.type == "meta" for p in lone.parameters())
 
 
 def test_part_of_the_stored_module_is_refused(disk_map) -> None:
-    w = AutoWrappedModule(_block(), offload_device="cpu", name="blk", disk_map=disk_map)
+    w = AutoWrappedModule(small_block(), offload_device="cpu", name="blk", disk_map=disk_map)
     weight = w.module[0].weight
     with pytest.raises(ConfigError, match=r"shares weights.*pass the wrapper's module"):
         w.offload_to_disk(w.module[0])

@@ -16,11 +16,12 @@ from operator import itemgetter
 
 from flextensor_compile.solve.assign import assign_blocks
 from flextensor_compile.solve.families import Context
-from flextensor_compile.solve.plan import RING, Pick, pick_memory
+from flextensor_compile.solve.plan import RING, Pick, Selection, pick_memory, pick_of
 from flextensor_compile.solve.problem import Problem
 from flextensor_runtime.errors import BudgetError
 
-__all__ = ["BISECT_STEPS", "budget_error", "fit_level", "least_budget", "peak_of"]
+__all__ = ["BISECT_STEPS", "LEAST_TOLERANCE", "budget_error", "fit_level", "least_budget",
+           "least_peak_guess", "peak_of"]  # fmt: skip
 
 BISECT_STEPS = 8
 _PROBES = 6  # levels tried below a top level that cannot be scheduled (down to hi / 4096)
@@ -172,20 +173,28 @@ def _mix(
     return best
 
 
-def least_budget(problem: Problem, peak_at: Callable[[int], int | None]) -> int | None:
-    """The smallest budget at which a solve finds a plan: a bisection over budgets with real
-    solves (`peak_at(budget)`: the plan's peak, None when none fits), between a budget known
-    to fail (the bytes that cannot stream plus the reserve, less one) and one known to hold
-    (every weight resident); each budget that holds lowers the top to its plan's peak when a
-    solve there holds too. The answer is a budget a plan was found at; None without a budget
-    that holds (a solver that never fits)."""
+LEAST_TOLERANCE = 1024  # the smallest budget is found to within 1/1024 of itself
+
+
+def least_budget(problem: Problem, peak_at: Callable[[int], int | None],
+                 guess: int | None = None) -> int | None:  # fmt: skip
+    """The smallest budget at which a solve finds a plan, to within 1/`LEAST_TOLERANCE` of it:
+    a bisection over budgets with real solves (`peak_at(budget)`: the plan's peak, None when
+    none fits) between a budget known to fail (the bytes that cannot stream plus the reserve,
+    less one) and one known to hold (every weight resident). `guess` (`least_peak_guess`) is
+    tried first, and the budget just under it: when the guess holds and that fails, two solves
+    settle it. A budget that holds lowers the top to its plan's peak when a solve there holds
+    too. None without a budget that holds."""
     reserve = problem.reserve_bytes
     lo = max(0, problem.total_bytes - problem.streamable_bytes + reserve - 1)
     hi = problem.total_bytes + reserve  # all resident: `solve` falls back to it there
     if peak_at(hi) is None:
         return None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
+    probes = [guess] if guess is not None else []
+    while hi - lo > max(1, hi // LEAST_TOLERANCE):
+        mid = probes.pop() if probes else (lo + hi) // 2
+        if not lo < mid < hi:
+            continue
         peak = peak_at(mid)
         if peak is None:
             lo = mid
@@ -193,7 +202,36 @@ def least_budget(problem: Problem, peak_at: Callable[[int], int | None]) -> int 
         hi = mid
         if lo < peak < mid and peak_at(peak) is not None:
             hi = peak  # plans peak at few distinct values: jump to this one
+        if mid == guess:
+            probes.append(hi - max(1, hi // LEAST_TOLERANCE))
     return hi
+
+
+def least_peak_guess(problem: Problem, layouts: tuple[tuple[int, str], ...],
+                     selections: tuple[Selection, ...]) -> int | None:  # fmt: skip
+    """The least peak of a few plans' selections (usually the smallest budget, for
+    `least_budget` to confirm): each of `selections` in each block layout, where its
+    assignment uses the blocks `min_blocks` asks for."""
+    found = []
+    for sel in selections:
+        pick = pick_of(problem, sel)
+        for k, order in layouts:
+            mem = _least_peak(problem, pick, k, order)
+            if mem is not None:
+                found.append(mem)
+    return min(found, default=None)
+
+
+def _least_peak(problem: Problem, pick: Pick, num_blocks: int, order: str) -> int | None:
+    if order == RING:
+        return pick_memory(problem, pick, num_blocks, order)
+    traps = tuple(o for o, s in enumerate(pick.slot_bytes) if s)
+    sizes = tuple(pick.slot_bytes[o] for o in traps)
+    a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order, problem.min_blocks)
+    if a is None or len(a.block_bytes) < min(problem.min_blocks, len(traps)):
+        return None
+    resident = problem.total_bytes - pick.streamed_bytes
+    return resident + sum(a.block_bytes) + problem.reserve_bytes
 
 
 def budget_error(problem: Problem, strategy: str, default: str,
@@ -212,7 +250,7 @@ def budget_error(problem: Problem, strategy: str, default: str,
         also += f", or lower --min-blocks (now {problem.min_blocks}): fewer blocks need less memory"
     if problem.reserve_bytes:
         also += f", or lower --activation-reserve (now {problem.reserve_bytes} bytes of it)"
-    known = "" if least is None else f" (the smallest feasible budget is {hint})"
+    known = "" if least is None else f" (the smallest feasible budget is {hint}, within 0.1%)"
     return BudgetError(
         f"no {strategy} plan fits the budget of {problem.budget_bytes} bytes{known}; "
         f"{_raise_hint(problem, least, hint)}{also}{_pinned_note(problem)}",

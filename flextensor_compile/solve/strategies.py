@@ -45,7 +45,13 @@ from flextensor_compile.solve.plan import (
     ring_candidate,
 )
 from flextensor_compile.solve.problem import Problem
-from flextensor_compile.solve.search import budget_error, fit_level, least_budget, peak_of
+from flextensor_compile.solve.search import (
+    budget_error,
+    fit_level,
+    least_budget,
+    least_peak_guess,
+    peak_of,
+)
 from flextensor_runtime.errors import ConfigError
 
 __all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "nth_selection", "solve", "try_solve"]
@@ -391,7 +397,13 @@ def _least_budget(problem: Problem, strategy: str) -> int | None:
         plan = try_solve(replace(problem, budget_bytes=budget), strategy)
         return None if plan is None else plan.peak_bytes
 
-    return least_budget(problem, peak_at)
+    full = tuple(tuple(range(len(t.items))) for t in problem.traps)
+    streaming = [o for o, t in enumerate(problem.traps) if t.items]
+    # all but one trap: with two blocks an odd number of streaming traps cannot all stream
+    but_last = tuple(() if streaming and o == streaming[-1] else c for o, c in enumerate(full))
+    pairs = tuple(lay[:2] for lay in layouts(problem))
+    guess = least_peak_guess(problem, pairs, (full, but_last, nth_selection(problem, 2)))
+    return least_budget(problem, peak_at, guess)
 
 
 def _best(plans: Iterable[Ranked], best: Ranked | None = None) -> Ranked | None:

@@ -56,6 +56,13 @@ class AutoWrappedLinear(AutoTorchModule):
                 f"AutoWrappedLinear wraps an nn.Linear, got {type(module).__name__}: map this "
                 "class to AutoWrappedModule in module_map"
             )
+        if type(module).forward is not nn.Linear.forward:
+            cls = type(module).__name__
+            raise ConfigError(
+                f"AutoWrappedLinear runs nn.Linear's own computation, but {cls} overrides forward "
+                f"(what it adds would be skipped): map {cls} to AutoWrappedModule in module_map, "
+                "listed before nn.Linear"
+            )
         check_options(kwargs)
         super().__init__(
             offload_dtype, offload_device, onload_dtype, onload_device,

@@ -235,3 +235,27 @@ def test_cuda_placement_without_cuda_is_backend_unavailable_and_model_unchanged(
     with pytest.warns(UserWarning, match="wrapped as one unit"):  # keys only: no device check
         filled = fill_vram_config(linear, {"computation_device": "cuda"})
     assert filled["onload_device"] == "cuda"
+
+
+class OwnForwardLinear(nn.Linear):
+    """A Linear subclass whose forward adds to the GEMM (as FP8 or LoRA-style layers do)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * 2.0
+
+
+def test_a_linear_subclass_with_its_own_forward_is_refused_by_the_linear_wrapper() -> None:
+    """AutoWrappedLinear runs the plain GEMM: wrapping it would silently drop the subclass's
+    forward. The model is left unchanged; mapped to AutoWrappedModule it runs its own forward."""
+    model = nn.Sequential(OwnForwardLinear(3, 3), nn.Linear(3, 3))
+    x = torch.randn(2, 3)
+    expected = model(x)
+    with pytest.raises(ConfigError, match=r"OwnForwardLinear overrides forward.*map "
+                       r"OwnForwardLinear to AutoWrappedModule in module_map, listed before "
+                       r"nn\.Linear"):  # fmt: skip
+        enable_vram_management(model, {nn.Linear: AutoWrappedLinear}, CPU32)
+    assert type(model[0]) is OwnForwardLinear and type(model[1]) is nn.Linear
+    assert not getattr(model, "vram_management_enabled", False)
+    mapped = {OwnForwardLinear: AutoWrappedModule, nn.Linear: AutoWrappedLinear}
+    wrapped = enable_vram_management(model, mapped, CPU32)
+    assert torch.equal(wrapped(x), expected)

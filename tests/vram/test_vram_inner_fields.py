@@ -42,6 +42,16 @@ def _scaled() -> ScaledLinear:
     return ScaledLinear(8, 4).eval()
 
 
+def _linear_scaled() -> nn.Linear:
+    """`_scaled()`'s weights and scale on a plain nn.Linear (AutoWrappedLinear refuses a Linear
+    subclass with its own forward; its GEMM does not read the scale, it only carries it)."""
+    source = _scaled()
+    module = nn.Linear(8, 4).eval()
+    module.load_state_dict(source.state_dict())
+    module.weight.scale = source.weight.scale  # type: ignore[attr-defined]
+    return module
+
+
 def _rounded(module: nn.Module) -> nn.Module:
     """A copy of `module` with its weights rounded through bfloat16 and its scales as they are
     (`copy.deepcopy` of a Parameter drops its attributes, so they are set again)."""
@@ -84,7 +94,7 @@ def test_a_module_wrapper_keeps_the_scale_through_transitions() -> None:
 
 @torch.no_grad()
 def test_a_linear_wrapper_keeps_the_scale_through_transitions() -> None:
-    module = _scaled()
+    module = _linear_scaled()
     scale = module.weight.scale
     wrapper = AutoWrappedLinear(module, **BF16)
     for move in (None, wrapper.keep, wrapper.offload):
@@ -136,7 +146,8 @@ def test_a_non_recurse_wrapper_keeps_the_scale_of_its_direct_weight() -> None:
 @torch.no_grad()
 @pytest.mark.parametrize("wrapper_class", [AutoWrappedModule, AutoWrappedLinear])
 def test_compute_copies_take_the_scale_to_the_computation_device(wrapper_class: type) -> None:
-    wrapper = wrapper_class(_scaled(), offload_device="cpu", computation_device="cpu")
+    module = _scaled() if wrapper_class is AutoWrappedModule else _linear_scaled()
+    wrapper = wrapper_class(module, offload_device="cpu", computation_device="cpu")
     wrapper.stages = replace(wrapper.stages, computation=Placement(torch.float32, "meta"))
     if wrapper_class is AutoWrappedModule:
         assert wrapper(_x("meta")).device.type == "meta"  # a host scale fails here
@@ -169,7 +180,7 @@ def test_on_the_disk_tier_the_scale_waits_on_the_host(disk_map: DiskMap) -> None
 
 @torch.no_grad()
 def test_a_linear_on_the_disk_tier_keeps_the_scale(disk_map: DiskMap) -> None:
-    module = _scaled()
+    module = _linear_scaled()
     scale = module.weight.scale
     wrapper = AutoWrappedLinear(module, disk_map=disk_map, **DISK)
     weight, _ = wrapper.load_from_disk(torch.float32, "cpu", assign=False)
@@ -212,7 +223,7 @@ def test_a_meta_scale_missing_from_the_checkpoint_is_refused(disk_map: DiskMap) 
 @torch.no_grad()
 @pytest.mark.parametrize("wrapper_class", [AutoWrappedModule, AutoWrappedLinear])
 def test_cuda_scales_follow_their_weights(wrapper_class: type) -> None:
-    module = _scaled()
+    module = _scaled() if wrapper_class is AutoWrappedModule else _linear_scaled()
     expected = _rounded(module)(_x())
     module.cuda()  # Module.cuda() leaves weight.scale on the host
     wrapper = wrapper_class(module, offload_dtype=torch.bfloat16, offload_device="cpu",
@@ -226,5 +237,6 @@ def test_cuda_scales_follow_their_weights(wrapper_class: type) -> None:
     wrapper.offload()
     assert wrapper.weight.scale.device.type == "cpu" and wrapper.weight.scale.is_pinned()
     # weights already in place, scale left on the host by .cuda(): it is brought next to them
-    resident = wrapper_class(_scaled().cuda(), computation_device="cuda")
+    plain = _scaled() if wrapper_class is AutoWrappedModule else _linear_scaled()
+    resident = wrapper_class(plain.cuda(), computation_device="cuda")
     assert resident.weight.scale.device.type == "cuda"

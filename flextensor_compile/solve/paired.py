@@ -34,7 +34,7 @@ def classes_of(streamable: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _candidates(tables: list[SubsetTable]) -> list[int]:
-    sums = sorted({s for t in tables for s in t.sums})
+    sums = sorted(set().union(*{id(t): t.sums for t in tables}.values()))  # shared tables once
     if len(sums) <= CAP_POINTS:
         return sums
     step = (len(sums) - 1) / (CAP_POINTS - 1)

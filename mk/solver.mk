@@ -32,7 +32,7 @@ bench-plan-quality-measured: $(STAMP)
 	$(BIN)/python -m bench.plan_quality --copy-curve $(CURVES)/h2d_curve.json
 	$(BIN)/python -m bench.plan_quality --copy-curve $(CURVES)/h2d_curve_queued.json
 
-# Solve times on wide random instances (every tensor its own size, so every subset table is
+# Solve times on wide random instances (random tensor sizes, so every subset table is
 # thinned), with the 80 traps x 24 tensors solve-time target.
 .PHONY: bench-solve-wide
 bench: bench-solve-wide

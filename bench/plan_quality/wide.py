@@ -1,4 +1,4 @@
-"""Solve times on wide random instances, where every tensor has its own size:
+"""Solve times on wide random instances, where tensor sizes are random (few repeat):
 `python -m bench.plan_quality.wide [--shapes 80x24 40x100 ...] [--fractions F ...] [--repeats N]`.
 
 The plan-quality suite's instances are real architectures, a few tensor sizes per layer, so
@@ -8,7 +8,7 @@ than `MAX_SUMS` distinct sums each: every table is thinned, and the subset kerne
 Per shape and budget (a fraction of the weights) it prints the least CPU time of `--repeats`
 solves, one per pass over all the cases, beside the CPU reference loop of the suite (solve times
 are pure-Python CPU times and scale with it), and checks the suite's solve-time target on the
-80 x 24 shape (the suite's 80-layer x 24-tensor instance, with 1,920 distinct tensor sizes). A
+80 x 24 shape (the size of the suite's 80-layer x 24-tensor instance, with random sizes). A
 budget no plan fits is timed too (the solve then searches for the least budget that fits).
 Must not know: how plans are searched.
 """
@@ -29,7 +29,7 @@ from flextensor_runtime.profile import PlanConfig
 
 __all__ = ["SHAPES", "TARGET_SHAPE", "wide_stats"]
 
-SHAPES = ((80, 24), (40, 100), (10, 400))  # traps x tensors (each tensor its own size)
+SHAPES = ((80, 24), (40, 100), (10, 400))  # traps x tensors (random sizes)
 TARGET_SHAPE = (80, 24)  # solves of this shape are held to the suite's MAX_SOLVE_MS
 FRACTIONS = (0.3, 0.5, 0.7, 0.9)
 

@@ -40,9 +40,9 @@ def bits_needed(items: int, total_units: int) -> int:
 class Chunks:
     """Achievable sums of some items (in units), kept so one subset per sum can be rebuilt.
 
-    Items are cut into consecutive chunks; for each chunk: the bit set of sums of the items
-    before it, its own prefix bit sets (sums of its first i items, i = 0..len), and its full bit
-    set reflected over its width (bit `width - x` for each sum x of the chunk)."""
+    Items are cut into consecutive chunks of about sqrt(n); for each chunk: the bit set of sums
+    of the items before it, and its own prefix bit sets (sums of its first i items, i = 0..len;
+    the last is every sum of the chunk)."""
 
     units: tuple[int, ...]
     starts: tuple[int, ...]  # first item of each chunk

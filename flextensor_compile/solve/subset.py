@@ -25,12 +25,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from flextensor_compile.solve.bitsums import Chunks, bits_needed, representatives, set_bits
 
-__all__ = ["MAX_BITS", "MAX_SUMS", "SubsetTable"]
+__all__ = ["MAX_BITS", "MAX_SUMS", "SubsetTable", "union_of_sums"]
 
 MAX_SUMS = 4096
 MAX_BITS = 1 << 28  # bit sets (32 MiB) a thinned table may hold; beyond, it is thinned on a dict
@@ -43,6 +44,10 @@ class SubsetTable:
     sums: tuple[int, ...]
     exact: bool  # every achievable sum is in `sums`
     rebuild: Callable[[int], tuple[int, ...]] = field(repr=False, compare=False)  # sum -> subset
+    bits: int = field(
+        default=0, repr=False, compare=False
+    )  # `sums` as a bit set in units (0: none)
+    unit: int = field(default=1, repr=False, compare=False)  # bytes per bit of `bits`
     _subsets: dict[int, tuple[int, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -87,6 +92,22 @@ class SubsetTable:
         return min(k, len(self.sums) - 1)
 
 
+def union_of_sums(tables: Iterable[SubsetTable]) -> list[int]:
+    """The sorted distinct sums of all `tables` (each distinct table once; thinned tables of one
+    unit merged as bit sets, which is much faster than a set of thousands of sums each)."""
+    merged: dict[int, int] = {}  # unit -> the union of those tables' bit sets
+    loose: set[int] = set()
+    for table in {id(t): t for t in tables}.values():
+        if table.bits:
+            merged[table.unit] = merged.get(table.unit, 0) | table.bits
+        else:
+            loose.update(table.sums)
+    if not loose and len(merged) == 1:
+        ((unit, bits),) = merged.items()
+        return list(set_bits(bits, unit))
+    return sorted(loose.union(*(set_bits(bits, unit) for unit, bits in merged.items())))
+
+
 def _first_items(sizes: tuple[int, ...], most: int) -> dict[int, int] | None:
     """Achievable sum -> the first item k with which it is achievable (-1 for 0); None once
     there are more than `most` sums."""
@@ -116,8 +137,13 @@ def _exact(sizes: tuple[int, ...], first: dict[int, int] | None) -> SubsetTable:
 
 def _thinned_bits(chunks: Chunks, unit: int, step: int) -> SubsetTable:
     """The thinned table from the bit set of every sum (`step` in units)."""
-    sums = set_bits(representatives(chunks.reach, sum(chunks.units), step), unit)
-    return SubsetTable(sums, step == 1, lambda total: chunks.subset(total // unit))
+    kept = representatives(chunks.reach, sum(chunks.units), step)
+    rebuild = partial(_rebuild_units, chunks, unit)
+    return SubsetTable(set_bits(kept, unit), step == 1, rebuild, kept, unit)
+
+
+def _rebuild_units(chunks: Chunks, unit: int, total: int) -> tuple[int, ...]:
+    return chunks.subset(total // unit)
 
 
 def _thinned_dict(sizes: tuple[int, ...], step: int, most: int) -> SubsetTable:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from flextensor_compile.solve import SubsetTable
 from flextensor_compile.solve.bitsums import all_sums, set_bits
+from flextensor_compile.solve.subset import union_of_sums
 
 SIZES = st.lists(st.integers(0, 3000).map(lambda k: k * 256) | st.integers(0, 60), max_size=11)
 
@@ -131,3 +132,15 @@ def test_empty_and_zero_sized_items() -> None:
     table = SubsetTable.build((0, 512, 0, 256))
     assert table.sums == (0, 256, 512, 768)
     assert [table.subset(k) for k in range(4)] == [(), (3,), (1,), (1, 3)]
+
+
+def test_union_of_sums_equals_the_set_union() -> None:
+    rng = random.Random(5)
+    tables = [
+        SubsetTable.build(tuple(rng.randint(1, 4000) * 4096 for _ in range(24))),  # thinned
+        SubsetTable.build(tuple(rng.randint(1, 4000) * 4096 for _ in range(20))),
+        SubsetTable.build(tuple(rng.randint(1, 4000) * 256 for _ in range(20))),  # another unit
+        SubsetTable.build((4096, 8192, 12288)),  # exact
+    ]
+    for chosen in (tables[:1], tables[:2], tables, tables[3:], [tables[0], tables[0]]):
+        assert union_of_sums(chosen) == sorted({s for t in chosen for s in t.sums})

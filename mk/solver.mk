@@ -31,3 +31,10 @@ bench-plan-quality-measured: $(STAMP)
 	@test -f $(CURVES)/h2d_curve.json || { echo "no $(CURVES)/h2d_curve.json: run make bench-gpu on a GPU (or pass CURVES=LOGDIR of bench/gpu/check.sh)"; exit 1; }
 	$(BIN)/python -m bench.plan_quality --copy-curve $(CURVES)/h2d_curve.json
 	$(BIN)/python -m bench.plan_quality --copy-curve $(CURVES)/h2d_curve_queued.json
+
+# Solve times on wide random instances (random tensor sizes, so every subset table is
+# thinned), with the 80 traps x 24 tensors solve-time target.
+.PHONY: bench-solve-wide
+bench: bench-solve-wide
+bench-solve-wide: $(STAMP)
+	$(BIN)/python -m bench.plan_quality.wide

@@ -40,9 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from heapq import heapify, heappop, heappush
-from itertools import pairwise
+from itertools import accumulate, pairwise, repeat
+from operator import add, floordiv, mod, mul
 
 from flextensor_compile.solve.bandwidth import BandwidthModel
+from flextensor_compile.solve.bitsums import all_sums, set_bits
 from flextensor_compile.solve.problem import Problem, TrapSpec
 from flextensor_runtime.errors import ConfigError
 
@@ -66,6 +68,7 @@ _FIRST_RATIO = 1.01  # b / a of the first ranges of R the overlap term values
 _SPLIT = 8  # the range of R with the least value is cut into this many
 _GAP = 1e-5  # ... until the value at some R is within this fraction of the least
 _ROUNDING = 1 + 1e-12  # float slack when comparing per-byte copy times
+_BITSET_WORK = 1 << 28  # items x bits of the largest subset-sum bit set worth shifting
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,13 @@ class _Table:
 
 
 def _subset_sums(sizes: list[int], limit: int) -> list[int] | None:
+    """Sorted distinct subset sums of `sizes`, or None when there are more than `limit`: on a
+    bit set when there may be many and its shifts are cheap enough, else on a set."""
+    unit = math.gcd(*sizes)
+    few = math.prod(n + 1 for n in Counter(sizes).values()) <= limit
+    if unit and not few and len(sizes) * (sum(sizes) // unit) <= _BITSET_WORK:
+        reach = all_sums(s // unit for s in sizes)
+        return None if reach.bit_count() > limit else list(set_bits(reach, unit))
     sums = {0}
     for b in sorted(sizes, reverse=True):
         sums |= {s + b for s in sums}
@@ -122,6 +132,20 @@ def _per_byte_ms(bw: BandwidthModel, largest_bytes: int) -> float:
     is at a knot or at `largest_bytes` (at 0 the ratio is largest)."""
     sizes = [largest_bytes] + [b for b, _ in bw.points if b <= largest_bytes]
     return min(bw.copy_ms(x) / x for x in sizes)
+
+
+def _per_byte_within(bw: BandwidthModel) -> Callable[[int], float]:
+    """`_per_byte_ms` with the knots' ratios and their running least computed once (the same
+    ratios, so the same least)."""
+    knots = [b for b, _ in bw.points]  # ascending
+    least = list(accumulate((bw.copy_ms(b) / b for b in knots), min))
+
+    def per_byte(largest_bytes: int) -> float:
+        k = bisect_right(knots, largest_bytes)
+        own = bw.copy_ms(largest_bytes) / largest_bytes
+        return min(own, least[k - 1]) if k else own
+
+    return per_byte
 
 
 def copies_are_subadditive(bw: BandwidthModel) -> bool:
@@ -153,14 +177,18 @@ def _candidates(
 ) -> tuple[list[tuple[int, int]], bool]:
     """Ranges [lo, hi] that together hold every m a plan could have (one per achievable size
     of each trap; neighbours merged beyond `most`), sorted by lo; and whether none was merged."""
-    ranges = sorted({(t.grid * y, t.grid * y + t.pad_bytes)
-                     for t, _, _ in tables for y in t.scaled
-                     if t.grid * y + t.pad_bytes > 0})  # fmt: skip
-    if len(ranges) <= most:
-        return ranges, True
-    step = -(-len(ranges) // most)
-    chunks = (ranges[k : k + step] for k in range(0, len(ranges), step))
-    return [(chunk[0][0], max(hi for _, hi in chunk)) for chunk in chunks], False
+    scale = max((t.pad_bytes for t, _, _ in tables), default=0) + 1
+    keys: list[int] = []  # lo x scale + (hi - lo): sorts as (lo, hi) does, but faster
+    for t, _, _ in tables:  # each table's keys ascend: the sort merges runs
+        keys.extend(map(add, map(mul, t.scaled, repeat(t.grid * scale)), repeat(t.pad_bytes)))
+    keys.sort()
+    ordered = [k for k in dict.fromkeys(keys) if k]  # distinct; 0: a trap that streams nothing
+    los = list(map(floordiv, ordered, repeat(scale)))
+    his = list(map(add, los, map(mod, ordered, repeat(scale))))
+    if len(ordered) <= most:
+        return list(zip(los, his, strict=True)), True
+    step = -(-len(ordered) // most)
+    return [(los[k], max(his[k : k + step])) for k in range(0, len(ordered), step)], False
 
 
 def _staging_ms(problem: Problem, deficit: int, limit: int, most: int) -> tuple[float, int, bool]:
@@ -171,16 +199,35 @@ def _staging_ms(problem: Problem, deficit: int, limit: int, most: int) -> tuple[
     bw = problem.bandwidth
     top = max((hi for _, hi in ranges), default=0) + align_pad
     floor_per_byte = _per_byte_ms(bw, top) if top else 0.0
+    most_within, per_byte = _most_within(tables), _per_byte_within(bw)
     best, best_m = math.inf, 0
     for lo, hi in ranges:  # a plan's m in [lo, hi]: caps at most cap(hi), its value at least:
         if (deficit + lo) * floor_per_byte >= best:
             break  # every later candidate is at least this large
+        if most_within(hi) < deficit + lo:
+            continue  # not even every trap's largest sum within hi could fit the budget
+        value = (deficit + lo) * per_byte(hi + align_pad)
+        if value >= best:
+            continue
         if sum(n * t.cap(hi) for t, n, _ in tables) < deficit + lo:
             continue  # no plan whose largest trap streams this much fits the budget
-        value = (deficit + lo) * _per_byte_ms(bw, hi + align_pad)
-        if value < best:
-            best, best_m = value, lo
+        best, best_m = value, lo
     return best, best_m, alone and all(t.grid == 1 for t, _, _ in tables)
+
+
+def _most_within(tables: list[tuple[_Table, int, int]]) -> Callable[[int], int]:
+    """m -> an upper bound on sum_i n_i cap_i(m) (each trap's cap is at most m and at most its
+    table's largest value), in one binary search: a cheap test before the exact sum."""
+    tops = sorted((t.grid * t.scaled[-1] + t.pad_bytes, n) for t, n, _ in tables)
+    below = [0, *accumulate(top * n for top, n in tops)]  # traps whose top is under m: their top
+    above = [*accumulate((n for _, n in reversed(tops)), initial=0)][::-1]  # the rest: m each
+    keys = [top for top, _ in tops]
+
+    def most(m: int) -> int:
+        k = bisect_right(keys, m)
+        return below[k] + m * above[k]
+
+    return most
 
 
 def _staging_range(totals: list[int], deficit: int) -> tuple[int, int] | None:

@@ -98,5 +98,5 @@ def _least_covering(ctx: Context, o: int, left: int, m: int) -> int:
 
 def _selection(ctx: Context, chosen: dict[int, int]) -> Selection:
     return tuple(
-        [ctx.tables[o].subsets[chosen[o]] if o in chosen else () for o in range(len(ctx.tables))]
+        [ctx.tables[o].subset(chosen[o]) if o in chosen else () for o in range(len(ctx.tables))]
     )

@@ -95,7 +95,7 @@ class Context:
         cache = self.counted[order]
         if k not in cache:
             counted = self.problem.item_bytes[order]
-            cache[k] = sum([counted[j] for j in self.tables[order].subsets[k]])
+            cache[k] = sum([counted[j] for j in self.tables[order].subset(k)])
         return cache[k]
 
     def exact(self, caps: tuple[float, ...]) -> Pick:
@@ -107,7 +107,7 @@ class Context:
             if got is None:
                 table = self.tables[order]
                 k = table.best_within(cap)
-                got = seen[key] = (table.subsets[k], table.sums[k], self.counted_bytes(order, k))
+                got = seen[key] = (table.subset(k), table.sums[k], self.counted_bytes(order, k))
             picked.append(got)
         return _pick(picked)
 

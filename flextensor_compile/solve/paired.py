@@ -13,7 +13,7 @@ Must not know: schedules, simulation, budgets beyond the byte requirement it is 
 from __future__ import annotations
 
 from flextensor_compile.solve.bandwidth import BandwidthModel
-from flextensor_compile.solve.subset import SubsetTable
+from flextensor_compile.solve.subset import SubsetTable, union_of_sums
 
 __all__ = ["CAP_POINTS", "classes_of", "paired_caps"]
 
@@ -34,7 +34,7 @@ def classes_of(streamable: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _candidates(tables: list[SubsetTable]) -> list[int]:
-    sums = sorted({s for t in tables for s in t.sums})
+    sums = union_of_sums(tables)
     if len(sums) <= CAP_POINTS:
         return sums
     step = (len(sums) - 1) / (CAP_POINTS - 1)

@@ -29,8 +29,8 @@ def test_subset_table_equals_brute_force(sizes: list[int], cap: int) -> None:
     k = table.best_within(cap)
     assert table.exact
     assert table.sums[k] == brute_best(tuple(sizes), cap)
-    assert sum(sizes[i] for i in table.subsets[k]) == table.sums[k]
-    assert len(set(table.subsets[k])) == len(table.subsets[k])
+    assert sum(sizes[i] for i in table.subset(k)) == table.sums[k]
+    assert len(set(table.subset(k))) == len(table.subset(k))
 
 
 def test_subset_table_thins_large_instances_but_keeps_the_full_set() -> None:

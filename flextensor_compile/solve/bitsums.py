@@ -1,0 +1,126 @@
+"""Subset sums as bit sets: how a trap with too many distinct sums gets its thinned table fast.
+
+Owns: the set of every achievable sum as one integer (bit s set: sum s achievable, sizes in
+units of their greatest common divisor), built with one shift-and-or per item; the thinned
+representatives of that set (per bucket of `width` units its least sum, and its greatest unless
+the next unit is achievable too); and rebuilding one subset for a given sum on demand, from the
+sums reachable before each chunk of about sqrt(n) items and each chunk's own prefix sums (so
+memory is about 2 sqrt(n) bit sets, not n).
+Every step is a whole-integer operation, so the cost per item does not grow with the number of
+sums in Python-level work.
+Must not know: caps, traps, time, plans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import mul
+
+__all__ = ["Chunks", "all_sums", "bits_needed", "representatives", "set_bits"]
+
+
+def all_sums(units: Iterable[int]) -> int:
+    """The bit set of every subset sum of `units`."""
+    reach = 1
+    for u in units:
+        reach |= reach << u
+    return reach
+
+
+def bits_needed(items: int, total_units: int) -> int:
+    """Bits `Chunks.build` holds for `items` items summing to `total_units` units."""
+    size = math.isqrt(max(0, items - 1)) + 1
+    return (-(-items // size) + size + 2) * (total_units + 1)
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Achievable sums of some items (in units), kept so one subset per sum can be rebuilt.
+
+    Items are cut into consecutive chunks of about sqrt(n); for each chunk: the bit set of sums
+    of the items before it, and its own prefix bit sets (sums of its first i items, i = 0..len;
+    the last is every sum of the chunk)."""
+
+    units: tuple[int, ...]
+    starts: tuple[int, ...]  # first item of each chunk
+    before: tuple[int, ...]  # per chunk: sums of the items before it
+    prefixes: tuple[tuple[int, ...], ...]  # per chunk: sums of its first i items
+    reach: int  # every achievable sum
+
+    @staticmethod
+    def build(units: tuple[int, ...]) -> Chunks:
+        size = math.isqrt(max(0, len(units) - 1)) + 1
+        starts = tuple(range(0, len(units), size))
+        reach, before, prefixes = 1, [], []
+        for start in starts:
+            before.append(reach)
+            local = [1]
+            for u in units[start : start + size]:
+                local.append(local[-1] | local[-1] << u)
+                reach |= reach << u
+            prefixes.append(tuple(local))
+        return Chunks(units, starts, tuple(before), tuple(prefixes), reach)
+
+    def subset(self, total: int) -> tuple[int, ...]:
+        """Item indexes (ascending) of one subset summing to `total`, an achievable sum:
+        per chunk from the last, its least share whose rest is reachable before it."""
+        picked: list[int] = []  # descending
+        units = self.units
+        for j in range(len(self.starts) - 1, -1, -1):
+            prefixes, before = self.prefixes[j], self.before[j]
+            width = prefixes[-1].bit_length() - 1
+            window = before >> (total - width) if total >= width else before << (width - total)
+            # bit p: the rest, total - (width - p), is reachable before the chunk and the chunk
+            # sums p, so also width - p (subset sums are symmetric: take the complement)
+            fits = window & prefixes[-1]
+            assert fits, "the sum is not achievable"
+            share = width - (fits.bit_length() - 1)
+            total -= share
+            start = self.starts[j]
+            for i in range(len(prefixes) - 2, -1, -1):  # back through the chunk's own items
+                if not share:
+                    break
+                if not (prefixes[i] >> share) & 1:  # item i is needed
+                    picked.append(start + i)
+                    share -= units[start + i]
+            assert share == 0
+        return tuple(reversed(picked))
+
+
+def representatives(reach: int, top: int, width: int) -> int:
+    """The thinned set (a bit set) of `reach`, whose sums lie in [0, top]: in each bucket of
+    `width` units (starting at 0) its least sum, and its greatest unless the unit after it is
+    achievable (then that is the next bucket's least). Every achievable y then has kept sums
+    a <= y <= b with y - a < width and b - a <= width."""
+    buckets = top // width + 1
+    starts = _every(width, buckets)  # bit jw for each bucket j
+    ends = starts << (width - 1)  # the top bit of each bucket
+    least = reach & ~((reach | ends) - starts)  # no borrow crosses a bucket: each is >= 1
+    below = reach  # each bucket's bits from its greatest set bit down (shifts within buckets)
+    shift = 1
+    while shift < width:  # the low width - shift bits of each bucket take the bits above them
+        below |= (below >> shift) & ((starts << (width - shift)) - starts)
+        shift *= 2
+    greatest = below & ~((below >> 1) & ~ends)
+    return least | (greatest & ~(reach >> 1))
+
+
+def _every(width: int, count: int) -> int:
+    """Bits 0, width, 2 width, ... (`count` of them), by doubling."""
+    bits, have = 1, 1
+    while have < count:
+        bits |= bits << (have * width)
+        have *= 2
+    return bits & ((1 << (count * width)) - 1)
+
+
+def set_bits(bits: int, scale: int = 1) -> tuple[int, ...]:
+    """Positions of the set bits of `bits` (>= 0), ascending, times `scale`, without a Python
+    loop per bit."""
+    runs = format(bits, "b")[::-1].replace("1", "1,").split(",")  # each ends at a set bit
+    ends = accumulate(map(len, runs), initial=-1)
+    next(ends)
+    return tuple(map(mul, ends, repeat(scale)))[:-1]  # the last run ends at no set bit

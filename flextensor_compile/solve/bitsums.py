@@ -16,10 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import mul
+from itertools import accumulate, compress
 
 __all__ = ["Chunks", "all_sums", "bits_needed", "representatives", "set_bits"]
+
+_DENSE = 5  # `set_bits` masks every position once more than 1 in this many bits is set
+_ZERO_ONE = bytes.maketrans(b"01", b"\x00\x01")  # "0"/"1" digits -> bytes 0/1
 
 
 def all_sums(units: Iterable[int]) -> int:
@@ -118,9 +120,13 @@ def _every(width: int, count: int) -> int:
 
 
 def set_bits(bits: int, scale: int = 1) -> tuple[int, ...]:
-    """Positions of the set bits of `bits` (>= 0), ascending, times `scale`, without a Python
-    loop per bit."""
-    runs = format(bits, "b")[::-1].replace("1", "1,").split(",")  # each ends at a set bit
-    ends = accumulate(map(len, runs), initial=-1)
-    next(ends)
-    return tuple(map(mul, ends, repeat(scale)))[:-1]  # the last run ends at no set bit
+    """Positions of the set bits of `bits` (>= 0), ascending, times `scale`, with no Python step
+    per bit: where few are set, one per set bit (from the run of zeros below it); else none (a
+    mask over every position, which costs less once many are set)."""
+    low_first = format(bits, "b")[::-1]
+    if bits.bit_count() * _DENSE > len(low_first):
+        mask = low_first.encode().translate(_ZERO_ONE)  # byte p: 1 where bit p is set
+        return tuple(compress(range(0, len(mask) * scale, scale), mask))
+    gaps = low_first.split("1")  # the zeros below each set bit (the last: above the top one)
+    gaps.pop()
+    return tuple(accumulate([(len(gap) + 1) * scale for gap in gaps], initial=-scale))[1:]

@@ -58,6 +58,17 @@ def _same_output(model: nn.Module, plain: torch.Tensor) -> None:
         assert torch.equal(model(_ids()), plain)
 
 
+def _deploy_refused(model: nn.Module, target: nn.Module, profile: Profile, match: str,
+                    plain: torch.Tensor) -> None:  # fmt: skip
+    """Deploying `profile` on `target` raises ConfigError matching `match`, and changes nothing
+    of `model` (which still computes `plain`)."""
+    before = _state(model)
+    with pytest.raises(ConfigError, match=match):
+        deploy(target, profile)
+    assert _state(model) == before and "_ft_handle" not in target.__dict__
+    _same_output(model, plain)
+
+
 # -- a model with an offload profile installed ------------------------------------------------
 
 
@@ -109,16 +120,15 @@ def test_a_profile_on_a_part_of_a_deployed_model_is_refused(part: str) -> None:
     sub = model.get_submodule(part)
     part_profile = _part_profile(sub)
     deploy(model, build_profile(model, record_order(model, block_names(model), _ids())[0]))
-    before = _state(model)
-    with pytest.raises(
-        ConfigError,
-        match=rf"this {type(sub).__name__} cannot take an offload profile: it is part of a TinyLM "
+    _deploy_refused(
+        model,
+        sub,
+        part_profile,
+        rf"this {type(sub).__name__} cannot take an offload profile: it is part of a TinyLM "
         rf"that has an offload profile installed by offload_from_profile \(as '{part}'\); call "
         r"handle\(model\)\.remove\(\) on that TinyLM first",
-    ):
-        deploy(sub, part_profile)
-    assert _state(model) == before and "_ft_handle" not in sub.__dict__
-    _same_output(model, plain)
+        plain,
+    )
     handle(model).remove()
     deploy(sub, part_profile)  # the part alone takes it now
     _same_output(model, plain)
@@ -129,16 +139,15 @@ def test_a_profile_on_a_container_of_a_deployed_model_is_refused() -> None:
     holder = nn.Sequential(model)
     holder_profile = _part_profile(holder)
     deploy(model, build_profile(model, record_order(model, block_names(model), _ids())[0]))
-    before = _state(model)
-    with pytest.raises(
-        ConfigError,
-        match=r"this Sequential cannot take an offload profile: its submodule '0' has an offload "
+    _deploy_refused(
+        model,
+        holder,
+        holder_profile,
+        r"this Sequential cannot take an offload profile: its submodule '0' has an offload "
         r"profile installed by offload_from_profile; call handle\(model\)\.remove\(\) on that "
         "submodule first",
-    ):
-        deploy(holder, holder_profile)
-    assert _state(model) == before and "_ft_handle" not in holder.__dict__
-    _same_output(model, plain)
+        plain,
+    )
 
 
 # -- a model with layer-wise offload ----------------------------------------------------------
@@ -150,16 +159,15 @@ def test_a_profile_on_a_part_of_a_layerwise_model_is_refused(part: str) -> None:
     sub = model.get_submodule(part)
     part_profile = _part_profile(sub)
     offload = enable_layerwise_offload_on(model, ThreadCopyBackend())
-    before = _state(model)
-    with pytest.raises(
-        ConfigError,
-        match=rf"this {type(sub).__name__} cannot take an offload profile: it is part of a TinyLM "
+    _deploy_refused(
+        model,
+        sub,
+        part_profile,
+        rf"this {type(sub).__name__} cannot take an offload profile: it is part of a TinyLM "
         rf"that has layer-wise CPU offload \(as '{part}'\); call disable\(\) on that TinyLM's "
         "LayerwiseOffloadHandle first",
-    ):
-        deploy(sub, part_profile)
-    assert _state(model) == before and "_ft_handle" not in sub.__dict__
-    _same_output(model, plain)
+        plain,
+    )
     assert offload.disable()
     assert not any("_flextensor_layerwise_member" in m.__dict__ for m in model.modules())
     deploy(sub, part_profile)

@@ -182,13 +182,18 @@ def _candidates(
     for t, _, _ in tables:  # each table's keys ascend: the sort merges runs
         keys.extend(map(add, map(mul, t.scaled, repeat(t.grid * scale)), repeat(t.pad_bytes)))
     keys.sort()
-    ordered = [k for k in dict.fromkeys(keys) if k]  # distinct; 0: a trap that streams nothing
-    los = list(map(floordiv, ordered, repeat(scale)))
-    his = list(map(add, los, map(mod, ordered, repeat(scale))))
+    ordered = list(dict.fromkeys(keys))  # distinct, ascending
+    if ordered and not ordered[0]:
+        del ordered[0]  # a trap that streams nothing
     if len(ordered) <= most:
+        los = list(map(floordiv, ordered, repeat(scale)))
+        his = list(map(add, los, map(mod, ordered, repeat(scale))))
         return list(zip(los, his, strict=True)), True
     step = -(-len(ordered) // most)
-    return [(los[k], max(his[k : k + step])) for k in range(0, len(ordered), step)], False
+    his = list(map(add, map(floordiv, ordered, repeat(scale)), map(mod, ordered, repeat(scale))))
+    los = [k // scale for k in ordered[::step]]  # only each merged range's first
+    return [(lo, max(his[k : k + step])) for lo, k in zip(los, range(0, len(ordered), step),
+                                                          strict=True)], False  # fmt: skip
 
 
 def _staging_ms(problem: Problem, deficit: int, limit: int, most: int) -> tuple[float, int, bool]:

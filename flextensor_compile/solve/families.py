@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Protocol
 
 from flextensor_compile.solve.cover import cover_selections, cover_sizes
@@ -90,26 +90,39 @@ class Context:
             got = self._within[m] = tuple(caps)
         return got
 
+    @cached_property
+    def _slot_is_counted(self) -> tuple[bool, ...]:
+        """Per trap: every item's slot bytes are its counted bytes (no alignment padding)."""
+        return tuple(all(it.slot_bytes == it.bytes for it in t.items) for t in self.problem.traps)
+
     def counted_bytes(self, order: int, k: int) -> int:
-        """Counted bytes of trap `order`'s k-th subset-table entry."""
+        """Counted bytes of trap `order`'s k-th subset-table entry (its sum, with no padding:
+        then no subset is rebuilt)."""
         cache = self.counted[order]
         if k not in cache:
+            if self._slot_is_counted[order]:
+                return self.tables[order].sums[k]
             counted = self.problem.item_bytes[order]
             cache[k] = sum([counted[j] for j in self.tables[order].subset(k)])
         return cache[k]
 
     def exact(self, caps: tuple[float, ...]) -> Pick:
-        picked = []  # per trap: (subset, slot bytes, counted bytes)
-        seen: dict[tuple[int, float], tuple[tuple[int, ...], int, int]] = {}
+        """Each trap's largest table entry within its cap; the subsets are rebuilt only when
+        the pick's selection is asked for (most picks are only checked for memory)."""
+        picked = []  # per trap: (table entry, slot bytes, counted bytes)
+        seen: dict[tuple[int, float], tuple[int, int, int]] = {}
         for order, (kind, cap) in enumerate(zip(self.kind, caps, strict=True)):
             key = (kind, cap)  # identical traps under one cap pick the same
             got = seen.get(key)
             if got is None:
                 table = self.tables[order]
                 k = table.best_within(cap)
-                got = seen[key] = (table.subset(k), table.sums[k], self.counted_bytes(order, k))
+                got = seen[key] = (k, table.sums[k], self.counted_bytes(order, k))
             picked.append(got)
-        return _pick(picked)
+        if not picked:
+            return Pick((), (), ())
+        entries, slots, streamed = zip(*picked, strict=True)
+        return Pick(partial(_subsets, self.tables, entries), slots, streamed)
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
         picked = []  # per trap: (subset, slot bytes, counted bytes)
@@ -188,6 +201,11 @@ def _pick(picked: list[tuple[tuple[int, ...], int, int]]) -> Pick:
         return Pick((), (), ())
     sel, slots, streamed = zip(*picked, strict=True)
     return Pick(sel, slots, streamed)
+
+
+def _subsets(tables: tuple[SubsetTable, ...], entries: tuple[int, ...]) -> Selection:
+    """The selection of one table entry per trap."""
+    return tuple([table.subset(k) for table, k in zip(tables, entries, strict=True)])
 
 
 def _per_window(windows: tuple[float, ...], cap: Callable[[float], float]) -> tuple[float, ...]:

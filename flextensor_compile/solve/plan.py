@@ -11,7 +11,7 @@ Must not know: how the selection was chosen (strategies), the profile format.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
@@ -114,13 +114,20 @@ class PlanCache:
             return [times[nbytes] for nbytes in sizes]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Pick:
-    """A selection with its per-trap packed sizes and streamed bytes (what memory needs)."""
+    """A selection with its per-trap packed sizes and streamed bytes (what memory needs). The
+    selection may be given as a function that makes it: memory needs only the sizes, and most
+    picks a search tries are only checked for memory, so their tensors are never listed."""
 
-    selection: Selection
+    made: Selection | Callable[[], Selection]  # the selection, or what makes it on first use
     slot_bytes: tuple[int, ...]  # per trap: packed size of its transfer (0: none)
     trap_streamed: tuple[int, ...]  # per trap: counted bytes it streams
+
+    @cached_property
+    def selection(self) -> Selection:
+        made = self.made
+        return made() if callable(made) else made
 
     @cached_property
     def streamed_bytes(self) -> int:  # read by every memory check of the pick: summed once

@@ -83,8 +83,12 @@ class SubsetTable:
         return got
 
     def best_within(self, cap: float) -> int:
-        """Index into `sums` of the largest sum <= cap (0 = the empty subset)."""
-        return max(0, bisect_right(self.sums, cap) - 1)
+        """Index into `sums` of the largest sum <= cap (0 = the empty subset). Sums are integers,
+        so a cap is searched as its integer part (a float's comparisons with ints cost more)."""
+        sums = self.sums
+        if not cap < sums[-1]:  # also NaN, as the search would
+            return len(sums) - 1
+        return 0 if cap < 0 else bisect_right(sums, int(cap)) - 1
 
     def best_at_least(self, need: float) -> int:
         """Index of the smallest sum >= need (the largest sum if none reaches it)."""

@@ -1,6 +1,8 @@
 """The strategies: each decides what streams, then shares assignment, schedule and simulation.
 
-Owns: `solve(problem, strategy) -> Plan` and the documented algorithm of every strategy:
+Owns: `solve(problem, strategy) -> Plan` (and `try_solve`): which block layouts are tried, which
+candidates are built and ranked, the ring's refits, the smallest feasible budget of a
+`BudgetError`. Each strategy's selections are made in `generators`; their algorithms:
 - knapsack: per transfer window, the exact largest subset whose copy fits scale x window;
 - greedy: per trap, largest tensors first up to one uniform byte cap;
 - nth-layer: every n-th trap streams whole (n as large as the budget allows);
@@ -29,28 +31,30 @@ from dataclasses import replace
 from functools import partial
 
 from flextensor_compile.solve.assign import orders_for
-from flextensor_compile.solve.families import MIN_WINDOW_MS, CapFamily, Context, make_context
+from flextensor_compile.solve.families import Context, make_context
+from flextensor_compile.solve.generators import (
+    GENERATORS,
+    Layout,
+    copies_dominate,
+    copy_floor_ms,
+    nth_selection,
+)
 from flextensor_compile.solve.grouping import grouped_plans
-from flextensor_compile.solve.paired import classes_of, paired_caps
 from flextensor_compile.solve.plan import (
     RING,
-    Pick,
     Plan,
     Ranked,
     RingCandidate,
     Selection,
     build_plan,
     copies_of,
-    pick_of,
     ring_candidate,
 )
 from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import (
     budget_error,
-    fit_level,
     least_budget,
     least_peak_guess,
-    peak_of,
 )
 from flextensor_runtime.errors import ConfigError
 
@@ -62,192 +66,10 @@ STRATEGIES = ("adaptive", "knapsack", "greedy", "nth-layer", "adaptive-knapsack"
 _BLOCK_COUNTS = (1, 2, 3)
 # ring headroom, x the largest transfer
 _RING_HEADROOM = (0.125, 0.25, 0.5, 1.0)
-_RING_GENERATORS = ("knapsack", "adaptive-knapsack", "global-tensor-selection", "nth-layer",
-                    "greedy")  # fmt: skip
+_RING_FAMILIES = ("knapsack", "adaptive-knapsack", "global-tensor-selection", "nth-layer",
+                  "greedy")  # fmt: skip
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
 _GROUP_GAIN = 1e-3  # so are grouped candidates, unless copies dominate
-_COVER_KEPT = 2  # cover selections simulated per layout: those whose copies take least
-
-Layout = tuple[int, str, int]  # (number of blocks, block order, ring headroom bytes)
-Candidate = tuple[str, Selection]
-Generator = Callable[[Context, Layout], Iterator[Candidate]]
-
-
-def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay: Layout,
-         tag: tuple[object, ...], windowed: bool = False) -> Iterator[Candidate]:  # fmt: skip
-    """The least streaming that fits the budget; for a time-window family (`windowed`) also the
-    latency-mode pick (what the windows hide), which streams more and so peaks lower: when it
-    fits, a larger budget never gets a higher peak at the same makespan. `tag` names the
-    family, so picks at a level are shared between layouts (the bisections revisit levels)."""
-    choose = ctx.exact if exact else ctx.greedy
-
-    def select(x: float) -> Pick:
-        key = (tag, exact, x)
-        if key not in ctx.pick_cache:
-            ctx.pick_cache[key] = choose(family(x))
-        return ctx.pick_cache[key]
-
-    p = ctx.problem
-    if p.budget_bytes is None or windowed:
-        yield name, _known(ctx, select(p.transfer_budget_scale))
-    if p.budget_bytes is None:
-        return
-    pick = fit_level(ctx, select, hi, lay[0], lay[1], lay[2])
-    if pick is not None:
-        yield name, _known(ctx, pick)
-
-
-def _known(ctx: Context, pick: Pick) -> Selection:
-    """`pick`'s selection, its pick kept for `build_plan`."""
-    ctx.plans.picks.setdefault(pick.selection, pick)
-    return pick.selection
-
-
-def _bytes_hi(ctx: Context) -> float:
-    return float(max(ctx.streamable, default=0)) + 1.0
-
-
-def _knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "knapsack", ctx.time_caps(), True, ctx.time_hi, lay, windowed=True,
-                    tag=("time",))  # fmt: skip
-
-
-def _greedy(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    if ctx.problem.budget_bytes is None:
-        yield from _fit(ctx, "greedy", ctx.time_caps(), False, ctx.time_hi, lay, tag=("time",))
-        return
-    yield from _fit(ctx, "greedy", ctx.uniform_caps(), False, _bytes_hi(ctx), lay,
-                    tag=("uniform",))  # fmt: skip
-
-
-def _global_offload(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    yield from _fit(ctx, "global-offload", ctx.time_caps(), False, ctx.time_hi, lay,
-                    windowed=True, tag=("time",))  # fmt: skip
-
-
-def _copies_dominate(ctx: Context) -> bool:
-    p = ctx.problem
-    if p.budget_bytes is None:
-        return False
-    need = max(0, p.total_bytes + p.reserve_bytes - p.budget_bytes)
-    return p.bandwidth.copy_ms(need) > p.compute_ms
-
-
-def _adaptive_knapsack(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    if _copies_dominate(ctx):
-        family, hi, tag = ctx.proportional_caps(), _bytes_hi(ctx), "proportional"
-    else:
-        family, hi, tag = ctx.time_caps(), ctx.time_hi, "time"
-    yield from _fit(ctx, "adaptive-knapsack", family, True, hi, lay, tag=(tag,))
-
-
-def _global_tensor_selection(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    name = "global-tensor-selection"
-    if ctx.problem.budget_bytes is None:
-        yield from _fit(ctx, name, ctx.time_caps(), True, ctx.time_hi, lay, tag=("time",))
-        return
-    hi = ctx.problem.bandwidth.copy_ms(int(_bytes_hi(ctx))) * 1.001 + 1e-9
-    yield from _fit(ctx, name, ctx.blended_caps(0.0), True, hi, lay, tag=("bytes-ms",))
-    windows = ctx.window_ms
-    mean_ms = sum(windows) / max(1, len(windows))
-    if mean_ms > MIN_WINDOW_MS:
-        yield from _fit(ctx, name, ctx.window_plus_caps(), True, 1.0 + hi / mean_ms, lay,
-                        tag=("window-plus",))  # fmt: skip
-    yield from _paired(ctx, lay)
-    yield from _cover(ctx, lay)
-
-
-def _cover(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    """Copy-bound memory mode with one or two blocks or the ring: for each transfer size m of
-    `Context.cover_sizes`, the selections covering the deficit plus the layout's staging (its blocks
-    of m, or the ring's m plus its headroom) with transfers of at most m (`cover`)."""
-    if lay[0] > 2 or not _copies_dominate(ctx):
-        return
-    found = {sel for m in ctx.cover_sizes for sel in ctx.cover_selections(m, lay[0] * m + lay[2])}
-    for sel in sorted(found, key=lambda s: (_copy_floor_ms(ctx, s), s))[:_COVER_KEPT]:
-        yield "global-tensor-selection", sel
-
-
-def _paired(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    """Two blocks, one cap each (copy-bound only): the cap pairs the estimate likes best, each
-    fitted by bisecting one class's cap with the other's fixed."""
-    p = ctx.problem
-    first = orders_for(p.assignment, 2)[0]  # the orders give the same plans here; fit once
-    if p.budget_bytes is None or lay != (2, first, 0) or not _copies_dominate(ctx):
-        return
-    need = p.total_bytes + p.reserve_bytes - p.budget_bytes
-    classes = classes_of(ctx.streamable)
-    compute = tuple(t.compute_ms for t in p.traps)
-    pair = paired_caps(ctx.tables, classes, compute, p.bandwidth, need)
-    if pair is not None:
-        c0, c1 = pair
-        for fixed, cap, hi in ((0, c0, c1), (1, c1, c0)):
-            family = ctx.class_caps(classes, fixed, float(cap))
-            yield from _fit(ctx, "global-tensor-selection", family, True, hi + 1.0, lay,
-                            tag=("class", fixed, cap))  # fmt: skip
-
-
-def nth_selection(problem: Problem, step: int) -> Selection:
-    """Every trap whose order is a multiple of `step` streams whole (the last one not, when it
-    would be adjacent to trap 0 across the iteration boundary)."""
-    n = len(problem.traps)
-    chosen = {o for o, t in enumerate(problem.traps) if t.items and o % step == 0}
-    if 0 in chosen and n - 1 in chosen and n > 1:
-        chosen.discard(n - 1)
-    return tuple(
-        tuple(range(len(t.items))) if o in chosen else () for o, t in enumerate(problem.traps)
-    )
-
-
-def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
-    """Bisect the step: the largest n (fewest traps streaming) whose plan fits."""
-    p = ctx.problem
-    if p.budget_bytes is None:
-        yield "nth-layer", nth_selection(p, 2)
-        return
-    budget = p.budget_bytes
-
-    def at(step: int) -> Selection:
-        return _known(ctx, pick(step))
-
-    def pick(step: int) -> Pick:  # the same steps recur for every layout
-        key = ("nth", step)
-        if key not in ctx.pick_cache:
-            sel = nth_selection(p, step) if step <= len(p.traps) else tuple(() for _ in p.traps)
-            ctx.pick_cache[key] = pick_of(p, sel)
-        return ctx.pick_cache[key]
-
-    def fits(step: int) -> bool:
-        mem = peak_of(ctx, pick(step), lay[0], lay[1])
-        return mem is not None and mem <= budget
-
-    if fits(2):  # every other trap: the lowest peak of the family (for a larger budget too)
-        yield "nth-layer", at(2)
-    lo, hi = 1, len(p.traps) + 1  # step n + 1: nothing streams
-    if fits(hi):
-        yield "nth-layer", at(hi)
-        return
-    if not fits(lo):
-        lo = 2 if len(p.traps) > 1 and fits(2) else 0
-        if lo == 0:
-            return
-    while hi - lo > 1:  # fits(lo) holds, fits(hi) does not
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    yield "nth-layer", at(lo)
-
-
-_GENERATORS: dict[str, Generator] = {
-    "knapsack": _knapsack,
-    "greedy": _greedy,
-    "nth-layer": _nth_layer,
-    "adaptive-knapsack": _adaptive_knapsack,
-    "global-offload": _global_offload,
-    "global-tensor-selection": _global_tensor_selection,
-}
 
 
 def layouts(p: Problem) -> tuple[Layout, ...]:
@@ -281,21 +103,13 @@ def _bound_ms(p: Problem) -> float:
     return max(p.compute_ms, p.bandwidth.copy_ms(need))
 
 
-def _copy_floor_ms(ctx: Context, sel: Selection) -> float:
-    """No plan of `sel` runs faster: all compute, or every trap's copy back to back (a trap's
-    tensors split over several copies only take longer)."""
-    p = ctx.problem
-    copies = [s for s in ctx.plans.pick(p, sel).slot_bytes if s]  # the pick kept for `build_plan`
-    return max(p.compute_ms, sum(ctx.plans.copies_ms(p.bandwidth, copies)))
-
-
 def _cannot_win(ctx: Context, sel: Selection, lay: Layout, best_ms: float) -> bool:
     """Whether `sel`'s copies alone take longer than the best plan so far, so its plan cannot
     rank first: the ring skips ties too (its plans are refits of plans already seen), blocks
     only a floor above the best by more than the rank's rounding (a tie may still win on peak)."""
     if best_ms == math.inf:
         return False
-    floor = _copy_floor_ms(ctx, sel)
+    floor = copy_floor_ms(ctx, sel)
     if lay[1] == RING:
         return floor >= best_ms
     return floor > best_ms + max(best_ms * 1e-9, 2e-9)
@@ -306,7 +120,7 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
     is tried in memory mode); then the ring's (`_ring_plans`), unless the best plan is already
     within 0.1% of the bound, skipping selections whose copies alone take longer than the best
     plan so far (`_cannot_win`)."""
-    names = list(_GENERATORS) if strategy == "adaptive" else [strategy]
+    names = list(GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
     made: dict[tuple[Selection, tuple[int, str]], Ranked | None] = {}  # built once per layout
     best = math.inf
@@ -314,7 +128,7 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
     def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Ranked]:
         """`name`'s plans with `lay`; a selection another family made already comes again
         as that plan (the ring ranks families by their plans)."""
-        for label, sel in _GENERATORS[name](ctx, lay):
+        for label, sel in GENERATORS[name](ctx, lay):
             key = (sel, lay[:2])
             if key in made:
                 plan = made[key]
@@ -345,7 +159,7 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
 def _ring_plans(ctx: Context, names: list[str],
                 plans: Callable[[str, Layout, float], Iterator[Ranked]]) -> Iterator[Ranked]:  # fmt: skip
     """The ring's plans: each family's least-streaming fit (under `adaptive` the ring families,
-    `_RING_GENERATORS`); in memory mode then, for each family (those whose ring plans simulate
+    `_RING_FAMILIES`); in memory mode then, for each family (those whose ring plans simulate
     fastest first), the family fitted with headroom, so the ring has room to copy ahead: 1/8,
     1/4, 1/2 and 1 x the largest transfer, and 2, 4 and 8 x when compute dominates (copies then
     hide, so staging costs little; leaf traps' transfers are small against the lead a copy
@@ -353,7 +167,7 @@ def _ring_plans(ctx: Context, names: list[str],
     p = ctx.problem
     base = (1, RING, 0)
     ranked: dict[str, tuple[float, int]] = {}  # family -> (its best ring makespan, top bytes)
-    for name in names if len(names) == 1 else _RING_GENERATORS:
+    for name in names if len(names) == 1 else _RING_FAMILIES:
         for plan in plans(name, base, math.inf):
             if plan.makespan_ms < ranked.get(name, (math.inf, 0))[0]:
                 ranked[name] = (plan.makespan_ms, _largest(p, plan.selection))
@@ -363,7 +177,7 @@ def _ring_plans(ctx: Context, names: list[str],
     fastest = min((made for made, _ in ranked.values()), default=math.inf)
     for name in sorted(ranked, key=lambda g: (ranked[g], g)):
         top = ranked[name][1]
-        parts = _RING_HEADROOM if _copies_dominate(ctx) else (*_RING_HEADROOM, 2.0, 4.0, 8.0)
+        parts = _RING_HEADROOM if copies_dominate(ctx) else (*_RING_HEADROOM, 2.0, 4.0, 8.0)
         for part in parts:
             for plan in plans(name, (1, RING, int(top * part)), fastest):
                 fastest = min(fastest, plan.makespan_ms)
@@ -417,7 +231,7 @@ def _grouping_may_gain(ctx: Context, best: Ranked | None) -> bool:
     """Grouped candidates are solved when copies dominate (coarse shapes then save staging) or
     when the best plan is not yet within `_GROUP_GAIN` of the bound."""
     gap = best is None or best.makespan_ms > _bound_ms(ctx.problem) * (1 + _GROUP_GAIN)
-    return gap or _copies_dominate(ctx)
+    return gap or copies_dominate(ctx)
 
 
 def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan | None:

@@ -186,25 +186,7 @@ def select_traps(
                                  model.named_buffers(remove_duplicate=False)))  # fmt: skip
     _check_excludes(exclude, modules, params, buffers, aliases)
     classes = class_paths(model, exclude)
-    chosen: dict[str, frozenset[str] | None] = {}
-    named_buffers: set[str] = set()
-    for pattern in patterns:
-        hit_modules = [p for p, m in modules if _match(pattern, p, m)]
-        hit_tensors = (
-            [] if pattern.startswith("class:") else [n for n in params if _match(pattern, n)]
-        )
-        hit_buffers = (
-            [] if pattern.startswith("class:") else [n for n in buffers if _match(pattern, n)]
-        )
-        if not (hit_modules or hit_tensors or hit_buffers) and not default:
-            raise _no_match(pattern, [p for p, _ in modules] + params, aliases)
-        named_buffers.update(b for b in hit_buffers if not _matches_ancestor(pattern, b))
-        for path in hit_modules:
-            chosen[path] = None
-        for name in hit_tensors + hit_buffers:
-            parent = name.rpartition(".")[0]
-            if parent and chosen.get(parent, frozenset()) is not None and parent not in hit_modules:
-                chosen[parent] = (chosen.get(parent) or frozenset()) | {name}
+    chosen, named_buffers = _chosen(patterns, modules, params, buffers, aliases, default)
     by_path = dict(modules)
     kept = [path for path in chosen if excluding_pattern(path, exclude, classes) is None]
     outermost = [p for p in kept if not any(p.startswith(q + ".") for q in kept)]
@@ -226,6 +208,34 @@ def select_traps(
         ),
         excluded_classes=classes,
     )
+
+
+def _chosen(
+    patterns: tuple[str, ...], modules: list[tuple[str, nn.Module]], params: list[str],
+    buffers: list[str], aliases: dict[str, str], default: bool,
+) -> tuple[dict[str, frozenset[str] | None], set[str]]:  # fmt: skip
+    """Every module an include pattern selects (None: all its tensors; else the tensors named),
+    and the buffers named directly; a pattern that matches nothing is an error unless default."""
+    chosen: dict[str, frozenset[str] | None] = {}
+    named_buffers: set[str] = set()
+    for pattern in patterns:
+        hit_modules = [p for p, m in modules if _match(pattern, p, m)]
+        hit_tensors = (
+            [] if pattern.startswith("class:") else [n for n in params if _match(pattern, n)]
+        )
+        hit_buffers = (
+            [] if pattern.startswith("class:") else [n for n in buffers if _match(pattern, n)]
+        )
+        if not (hit_modules or hit_tensors or hit_buffers) and not default:
+            raise _no_match(pattern, [p for p, _ in modules] + params, aliases)
+        named_buffers.update(b for b in hit_buffers if not _matches_ancestor(pattern, b))
+        for path in hit_modules:
+            chosen[path] = None
+        for name in hit_tensors + hit_buffers:
+            parent = name.rpartition(".")[0]
+            if parent and chosen.get(parent, frozenset()) is not None and parent not in hit_modules:
+                chosen[parent] = (chosen.get(parent) or frozenset()) | {name}
+    return chosen, named_buffers
 
 
 def _check_excludes(

@@ -50,6 +50,11 @@ def test_layerwise_on_a_profile_installed_model_is_refused(reuse_buffers: bool) 
         enable_layerwise_offload_on(model, ThreadCopyBackend(), reuse_buffers=reuse_buffers)
     with pytest.raises(ConfigError, match="offload profile installed"):
         enable_layerwise_cpu_offload(model)  # refused on any machine, before the CUDA gate
+    _assert_unchanged(model, before, hooks, plain)
+
+
+def _assert_unchanged(model: nn.Module, before: object, hooks: list, plain: torch.Tensor) -> None:
+    """The deployed model kept its install state and hooks, and computes `plain`."""
     assert _installed_state(model) == before
     assert hooks == [(m._forward_pre_hooks, m._forward_hooks) for m in model.modules()]
     with torch.no_grad():
@@ -98,10 +103,7 @@ def test_layerwise_on_a_submodule_of_a_deployed_model_is_refused(reuse_buffers: 
     holder.part = model.blocks
     with pytest.raises(ConfigError, match="its submodule 'part' is part of a TinyLM"):
         enable_layerwise_offload_on(holder, ThreadCopyBackend(), layer_container="part")
-    assert _installed_state(model) == before
-    assert hooks == [(m._forward_pre_hooks, m._forward_hooks) for m in model.modules()]
-    with torch.no_grad():
-        assert torch.equal(model(_ids()), plain)
+    _assert_unchanged(model, before, hooks, plain)
 
 
 def test_a_submodule_takes_layerwise_once_the_profile_is_removed() -> None:

@@ -24,6 +24,13 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "errors",
     "InstallError": "errors",
     "InferenceOnlyError": "errors",
+    "StatsFormatError": "errors",
+    "ModelFileError": "errors",
+    "BackendUnavailableError": "errors",
+    "DiskMapError": "errors",
+    "VramManagementError": "errors",
+    "CacheUsageError": "errors",
+    "TokenPruneError": "errors",
     # the profile artifact
     "Profile": "profile",
     "load_profile": "deploy",

@@ -35,3 +35,14 @@ def test_public_name_resolves(name: str) -> None:
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = flextensor_runtime.nope  # type: ignore[attr-defined]
+
+
+def test_every_error_class_is_public() -> None:
+    # a caller catches what the public API raises without reaching into the errors module
+    errors = importlib.import_module("flextensor_runtime.errors")
+    raised = {
+        name for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.FlextensorError)
+    }  # fmt: skip
+    missing = sorted(raised - set(flextensor_runtime.__all__))
+    assert not missing, missing

@@ -132,7 +132,8 @@ def _vram_section(
     if disk and section.checkpoint is None:
         raise ConfigError(
             f"--host-memory {options.host_memory_bytes} puts {count_of(len(disk), 'tensor')} on disk but "
-            "no checkpoint serves them: pass --checkpoint model.safetensors"
+            f"no checkpoint serves {'it' if len(disk) == 1 else 'them'}: pass --checkpoint "
+            "model.safetensors"
         )
     if disk and not os.path.exists(str(section.checkpoint)):
         raise ConfigError(

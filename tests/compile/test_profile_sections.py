@@ -123,7 +123,10 @@ def test_bad_section_options(options, message) -> None:
     ("options", "message"),
     [
         ({"vram_spec": VRAM, "host_memory_bytes": 1000}, "below the plan's .* streamed bytes"),
-        ({"vram_spec": VRAM, "host_memory_bytes": HOST}, "pass --checkpoint"),
+        (
+            {"vram_spec": VRAM, "host_memory_bytes": HOST},
+            r"[02-9]\d* tensors on disk but no checkpoint serves them: pass --checkpoint",
+        ),
         (
             {"vram_spec": VRAM, "host_memory_bytes": HOST, "vram_checkpoint": "no.safetensors"},
             "does not exist",
@@ -138,6 +141,19 @@ def test_sections_checked_against_model_and_plan(compiled, options, message) -> 
     with pytest.raises(ConfigError, match=message):
         add_sections(plain, stats, tiny_transformer.build_model(),
                      section_options(OffloadConfig(**options)))  # fmt: skip
+
+
+def test_one_disk_tensor_reads_as_one(compiled) -> None:
+    profile, stats = load(compiled["profile"]), load_stats(compiled["stats"])
+    plain = replace(profile, extensions={"solver": profile.extensions["solver"]})
+    section = parse_vram_spec(VRAM)
+    targets = section_targets(tiny_transformer.build_model(), section,
+                              streamed_tensor_names(profile.all_tensors()))  # fmt: skip
+    one = next(h for h in range(HOST, 2 * HOST, 20_000)
+               if len(plan_host_disk_tier(profile, stats, targets, h)) == 1)  # fmt: skip
+    options = section_options(OffloadConfig(vram_spec=VRAM, host_memory_bytes=one))
+    with pytest.raises(ConfigError, match="puts 1 tensor on disk but no checkpoint serves it:"):
+        add_sections(plain, stats, tiny_transformer.build_model(), options)
 
 
 def test_cli_bad_spec_is_one_line(tmp_path, capsys) -> None:

@@ -122,7 +122,8 @@ class Context:
         if not picked:
             return Pick((), (), ())
         entries, slots, streamed = zip(*picked, strict=True)
-        return Pick(partial(_subsets, self.tables, entries), slots, streamed)
+        return Pick(partial(_subsets, self.tables, entries), slots, streamed,
+                    partial(_subset_of, self.tables, entries))  # fmt: skip
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
         picked = []  # per trap: (subset, slot bytes, counted bytes)
@@ -153,11 +154,13 @@ class Context:
             low, high, changed = high, low, order[count:]
         else:
             changed = order[:count]
-        sel, slots, streamed = list(low.selection), list(low.slot_bytes), list(low.trap_streamed)
-        up_sel, up_slots, up_streamed = high.selection, high.slot_bytes, high.trap_streamed
+        slots, streamed = list(low.slot_bytes), list(low.trap_streamed)
+        up_slots, up_streamed = high.slot_bytes, high.trap_streamed
         for o in changed:
-            sel[o], slots[o], streamed[o] = up_sel[o], up_slots[o], up_streamed[o]
-        return Pick(tuple(sel), tuple(slots), tuple(streamed))
+            slots[o], streamed[o] = up_slots[o], up_streamed[o]
+        # the tensors of each trap only when asked for: most mixes are only checked for memory
+        part = partial(_mixed_part, low, high, frozenset(changed))
+        return Pick(partial(_parts, part, len(slots)), tuple(slots), tuple(streamed), part)
 
     def time_caps(self) -> CapFamily:
         bw, windows = self.problem.bandwidth, self.window_ms
@@ -206,6 +209,22 @@ def _pick(picked: list[tuple[tuple[int, ...], int, int]]) -> Pick:
 def _subsets(tables: tuple[SubsetTable, ...], entries: tuple[int, ...]) -> Selection:
     """The selection of one table entry per trap."""
     return tuple([table.subset(k) for table, k in zip(tables, entries, strict=True)])
+
+
+def _subset_of(tables: tuple[SubsetTable, ...], entries: tuple[int, ...], order: int
+               ) -> tuple[int, ...]:  # fmt: skip
+    """Trap `order`'s share of `_subsets`."""
+    return tables[order].subset(entries[order])
+
+
+def _mixed_part(low: Pick, high: Pick, changed: frozenset[int], order: int) -> tuple[int, ...]:
+    """Trap `order`'s items in the mix of `low` with `high`'s choice for the `changed` traps."""
+    return (high if order in changed else low).chosen(order)
+
+
+def _parts(part: Callable[[int], tuple[int, ...]], count: int) -> Selection:
+    """The selection of `count` traps, each trap's items from `part`."""
+    return tuple(map(part, range(count)))
 
 
 def _per_window(windows: tuple[float, ...], cap: Callable[[float], float]) -> tuple[float, ...]:

@@ -40,8 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from heapq import heapify, heappop, heappush
-from itertools import accumulate, pairwise, repeat
-from operator import add, floordiv, mod, mul
+from itertools import accumulate, chain, compress, pairwise, repeat
+from operator import add, floordiv, mod, mul, ne
 
 from flextensor_compile.solve.bandwidth import BandwidthModel
 from flextensor_compile.solve.bitsums import all_sums, set_bits
@@ -182,7 +182,7 @@ def _candidates(
     for t, _, _ in tables:  # each table's keys ascend: the sort merges runs
         keys.extend(map(add, map(mul, t.scaled, repeat(t.grid * scale)), repeat(t.pad_bytes)))
     keys.sort()
-    ordered = list(dict.fromkeys(keys))  # distinct, ascending
+    ordered = list(compress(keys, map(ne, keys, chain((None,), keys))))  # distinct, ascending
     if ordered and not ordered[0]:
         del ordered[0]  # a trap that streams nothing
     if len(ordered) <= most:
@@ -191,9 +191,12 @@ def _candidates(
         return list(zip(los, his, strict=True)), True
     step = -(-len(ordered) // most)
     his = list(map(add, map(floordiv, ordered, repeat(scale)), map(mod, ordered, repeat(scale))))
-    los = [k // scale for k in ordered[::step]]  # only each merged range's first
-    return [(lo, max(his[k : k + step])) for lo, k in zip(los, range(0, len(ordered), step),
-                                                          strict=True)], False  # fmt: skip
+    los = list(map(floordiv, ordered[::step], repeat(scale)))  # only each merged range's first
+    whole = len(his) // step  # merged ranges of `step` candidates: the largest hi of each
+    tops = list(map(max, *[his[k : whole * step : step] for k in range(step)]))
+    if whole < len(los):  # the last range, shorter
+        tops.append(max(his[whole * step :]))
+    return list(zip(los, tops, strict=True)), False
 
 
 def _staging_ms(problem: Problem, deficit: int, limit: int, most: int) -> tuple[float, int, bool]:

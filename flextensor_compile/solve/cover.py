@@ -26,7 +26,7 @@ __all__ = ["COVER_FACTORS", "cover_selections", "cover_sizes"]
 
 COVER_FACTORS = (1.0, 1.5, 2.0, 3.0)  # m tried: these x the staging bound's, rounded down
 
-_Piece = tuple[int, int, int]  # (slot bytes, trap order, index into the trap's subset table)
+_Piece = tuple[int, int, int]  # (slot bytes, trap order, the subset's key in its table: its sum)
 
 
 def cover_sizes(ctx: Context) -> tuple[int, ...]:
@@ -73,30 +73,30 @@ def _finished(
     if left <= 0:
         return _selection(ctx, chosen)
     best: tuple[int, int, int] | None = None
-    found: dict[int, int] = {}  # per trap kind (same table and counted bytes): its subset k
+    found: dict[int, int | None] = {}  # per trap kind (same table and counted bytes): its sum
     for _, o, _k in caps:
         if o in chosen:
             continue
-        k = found.get(ctx.kind[o], -1)
-        if k < 0:
-            k = found[ctx.kind[o]] = _least_covering(ctx, o, left, m)
-        table = ctx.tables[o]
-        if k < len(table.sums) and table.sums[k] <= m and (best is None or table.sums[k] < best[0]):
-            best = (table.sums[k], o, k)
+        kind = ctx.kind[o]
+        if kind not in found:
+            found[kind] = _least_covering(ctx, o, left, m)
+        k = found[kind]
+        if k is not None and k <= m and (best is None or k < best[0]):
+            best = (k, o, k)
     return None if best is None else _selection(ctx, {**chosen, best[1]: best[2]})
 
 
-def _least_covering(ctx: Context, o: int, left: int, m: int) -> int:
-    """Index of trap `o`'s smallest subset (by slot sum) whose counted bytes reach `left`, or
-    the first past `m` slot bytes, or len(sums) when none."""
+def _least_covering(ctx: Context, o: int, left: int, m: int) -> int | None:
+    """Sum of trap `o`'s smallest subset (by slot sum) whose counted bytes reach `left`, or
+    the first past `m` slot bytes, or None when none."""
     table = ctx.tables[o]
-    k = table.best_at_least(left)
-    while k < len(table.sums) and table.sums[k] <= m and ctx.counted_bytes(o, k) < left:
-        k += 1  # alignment padding: the slot sum reached `left`, the counted bytes not
+    k: int | None = table.at_least(left)
+    while k is not None and k <= m and ctx.counted_bytes(o, k) < left:
+        k = table.after(k)  # alignment padding: the slot sum reached `left`, the counted bytes not
     return k
 
 
 def _selection(ctx: Context, chosen: dict[int, int]) -> Selection:
     return tuple(
-        [ctx.tables[o].subset(chosen[o]) if o in chosen else () for o in range(len(ctx.tables))]
+        [ctx.tables[o].subset_of(chosen[o]) if o in chosen else () for o in range(len(ctx.tables))]
     )

@@ -80,12 +80,12 @@ class Context:
         return got
 
     def largest_within(self, m: int) -> tuple[tuple[int, int, int], ...]:
-        """(slot bytes, trap order, subset index) of each trap's largest subset within `m` slot
-        bytes (traps with none left out), largest first, the spread order on ties."""
+        """(slot bytes, trap order, subset key: its sum) of each trap's largest subset within
+        `m` slot bytes (traps with none left out), largest first, the spread order on ties."""
         got = self._within.get(m)
         if got is None:
             rank = self.spread_rank
-            caps = [(t.sums[k], o, k) for o, t in enumerate(self.tables) if (k := t.best_within(m))]
+            caps = [(k, o, k) for o, t in enumerate(self.tables) if (k := t.within(m))]
             caps.sort(key=lambda c: (-c[0], rank[c[1]]))
             got = self._within[m] = tuple(caps)
         return got
@@ -96,33 +96,33 @@ class Context:
         return tuple(all(it.slot_bytes == it.bytes for it in t.items) for t in self.problem.traps)
 
     def counted_bytes(self, order: int, k: int) -> int:
-        """Counted bytes of trap `order`'s k-th subset-table entry (its sum, with no padding:
-        then no subset is rebuilt)."""
+        """Counted bytes of trap `order`'s subset-table entry of sum `k` (its sum, with no
+        padding: then no subset is rebuilt)."""
         cache = self.counted[order]
         if k not in cache:
             if self._slot_is_counted[order]:
-                return self.tables[order].sums[k]
+                return k
             counted = self.problem.item_bytes[order]
-            cache[k] = sum([counted[j] for j in self.tables[order].subset(k)])
+            cache[k] = sum([counted[j] for j in self.tables[order].subset_of(k)])
         return cache[k]
 
     def exact(self, caps: tuple[float, ...]) -> Pick:
         """Each trap's largest table entry within its cap; the subsets are rebuilt only when
         the pick's selection is asked for (most picks are only checked for memory)."""
-        picked = []  # per trap: (table entry, slot bytes, counted bytes)
+        picked = []  # per trap: (table entry: its sum, slot bytes, counted bytes)
         seen: dict[tuple[int, float], tuple[int, int, int]] = {}
         for order, (kind, cap) in enumerate(zip(self.kind, caps, strict=True)):
             key = (kind, cap)  # identical traps under one cap pick the same
             got = seen.get(key)
             if got is None:
-                table = self.tables[order]
-                k = table.best_within(cap)
-                got = seen[key] = (k, table.sums[k], self.counted_bytes(order, k))
+                k = self.tables[order].within(cap)
+                got = seen[key] = (k, k, self.counted_bytes(order, k))
             picked.append(got)
         if not picked:
             return Pick((), (), ())
         entries, slots, streamed = zip(*picked, strict=True)
-        return Pick(partial(_subsets, self.tables, entries), slots, streamed)
+        return Pick(partial(_subsets, self.tables, entries), slots, streamed,
+                    partial(_subset_of, self.tables, entries))  # fmt: skip
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
         picked = []  # per trap: (subset, slot bytes, counted bytes)
@@ -153,11 +153,13 @@ class Context:
             low, high, changed = high, low, order[count:]
         else:
             changed = order[:count]
-        sel, slots, streamed = list(low.selection), list(low.slot_bytes), list(low.trap_streamed)
-        up_sel, up_slots, up_streamed = high.selection, high.slot_bytes, high.trap_streamed
+        slots, streamed = list(low.slot_bytes), list(low.trap_streamed)
+        up_slots, up_streamed = high.slot_bytes, high.trap_streamed
         for o in changed:
-            sel[o], slots[o], streamed[o] = up_sel[o], up_slots[o], up_streamed[o]
-        return Pick(tuple(sel), tuple(slots), tuple(streamed))
+            slots[o], streamed[o] = up_slots[o], up_streamed[o]
+        # the tensors of each trap only when asked for: most mixes are only checked for memory
+        part = partial(_mixed_part, low, high, frozenset(changed))
+        return Pick(partial(_parts, part, len(slots)), tuple(slots), tuple(streamed), part)
 
     def time_caps(self) -> CapFamily:
         bw, windows = self.problem.bandwidth, self.window_ms
@@ -204,8 +206,24 @@ def _pick(picked: list[tuple[tuple[int, ...], int, int]]) -> Pick:
 
 
 def _subsets(tables: tuple[SubsetTable, ...], entries: tuple[int, ...]) -> Selection:
-    """The selection of one table entry per trap."""
-    return tuple([table.subset(k) for table, k in zip(tables, entries, strict=True)])
+    """The selection of one table entry (by its sum) per trap."""
+    return tuple([table.subset_of(k) for table, k in zip(tables, entries, strict=True)])
+
+
+def _subset_of(tables: tuple[SubsetTable, ...], entries: tuple[int, ...], order: int
+               ) -> tuple[int, ...]:  # fmt: skip
+    """Trap `order`'s share of `_subsets`."""
+    return tables[order].subset_of(entries[order])
+
+
+def _mixed_part(low: Pick, high: Pick, changed: frozenset[int], order: int) -> tuple[int, ...]:
+    """Trap `order`'s items in the mix of `low` with `high`'s choice for the `changed` traps."""
+    return (high if order in changed else low).chosen(order)
+
+
+def _parts(part: Callable[[int], tuple[int, ...]], count: int) -> Selection:
+    """The selection of `count` traps, each trap's items from `part`."""
+    return tuple(map(part, range(count)))
 
 
 def _per_window(windows: tuple[float, ...], cap: Callable[[float], float]) -> tuple[float, ...]:

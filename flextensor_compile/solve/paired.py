@@ -55,7 +55,7 @@ def _profile(
     index = {id(t): k for k, t in enumerate(distinct)}
     which = [index[id(t)] for t in tables]
     for cap in caps:
-        each = [t.sums[t.best_within(cap)] for t in distinct]
+        each = [t.within(cap) for t in distinct]
         picked = [each[k] for k in which]
         for s in picked:
             if s not in copy_ms:

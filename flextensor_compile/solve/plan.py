@@ -118,16 +118,25 @@ class PlanCache:
 class Pick:
     """A selection with its per-trap packed sizes and streamed bytes (what memory needs). The
     selection may be given as a function that makes it: memory needs only the sizes, and most
-    picks a search tries are only checked for memory, so their tensors are never listed."""
+    picks a search tries are only checked for memory, so their tensors are never listed; `part`
+    makes one trap's share alone (a pick mixed from two lists only the traps it keeps of each)."""
 
     made: Selection | Callable[[], Selection]  # the selection, or what makes it on first use
     slot_bytes: tuple[int, ...]  # per trap: packed size of its transfer (0: none)
     trap_streamed: tuple[int, ...]  # per trap: counted bytes it streams
+    part: Callable[[int], tuple[int, ...]] | None = None  # trap -> its items, made alone
 
     @cached_property
     def selection(self) -> Selection:
         made = self.made
         return made() if callable(made) else made
+
+    def chosen(self, order: int) -> tuple[int, ...]:
+        """Trap `order`'s streamed items (`selection[order]`), made alone while the whole
+        selection is not."""
+        if self.part is None or "selection" in self.__dict__:
+            return self.selection[order]
+        return self.part(order)
 
     @cached_property
     def streamed_bytes(self) -> int:  # read by every memory check of the pick: summed once

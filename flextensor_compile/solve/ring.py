@@ -53,20 +53,23 @@ class _Paint:
     def earliest(
         self, size: int, own: int, avoid: tuple[tuple[int, int], ...] = ()
     ) -> tuple[int, int]:
-        """(offset, availability) of the `size`-byte range whose latest writer is oldest; a
-        range overlapping `avoid` only when no other fits."""
+        """(offset, availability) of the `size`-byte range whose latest writer is oldest, never
+        one `own` (the latest time painted: the trap being placed) wrote; a range overlapping
+        `avoid` only when no other fits."""
         best_at, best_time = -1, _OWN
         starts, when, ring = self.starts, self.when, self.ring
         for i, a in enumerate(starts):
             end = a + size
             if end > ring:
                 break
-            if when[i] >= best_time:  # its latest writer is no older: not better
+            latest = when[i]
+            if latest >= best_time:  # its latest writer is no older: not better
                 continue
-            writers = when[i : bisect_left(starts, end, i + 1)]
-            if own in writers:  # its latest writer counts as `_OWN`: never better
+            j = bisect_left(starts, end, i + 1)
+            if j > i + 1:
+                latest = max(when[i:j])
+            if latest == own:  # `own` is the latest time painted: it counts as `_OWN`
                 continue
-            latest = max(writers)
             if latest < best_time and any(a < y and x < end for x, y in avoid):
                 latest = _AVOID
             if latest < best_time:
@@ -87,6 +90,8 @@ class _Paint:
         i = bisect_right(starts, a) - 1
         j = bisect_left(starts, b, i)  # the first segment starting at or after b
         count = len(starts)
+        if j == i + 1 and self._within(i, a, b, when):
+            return
         new_s, new_w = [a], [when]
         if starts[i] < a:
             new_s, new_w = [starts[i], a], [whens[i], when]
@@ -99,6 +104,35 @@ class _Paint:
         if j < count and new_w[-1] == whens[j]:  # and with the run after
             j += 1
         starts[i:j], whens[i:j] = new_s, new_w
+
+    def _within(self, i: int, a: int, b: int, when: int) -> bool:
+        """`write` of [a, b) inside segment i, in the two common cases, with no list made:
+        from its start (after a run of `when`, which grows), or up to its end; False (nothing
+        done) otherwise."""
+        starts, whens = self.starts, self.when
+        j = i + 1
+        end = starts[j] if j < len(starts) else self.ring
+        kept = whens[i]
+        if i > 0 and whens[i - 1] == (when if starts[i] == a else kept):
+            if starts[i] == a and end > b and (j == len(starts) or whens[j] != kept):
+                starts[i] = b  # the run of `when` before grows over [a, b)
+                return True
+            return False
+        if starts[i] == a:
+            if end > b and (j == len(starts) or whens[j] != kept):
+                whens[i] = when
+                starts.insert(j, b)
+                whens.insert(j, kept)
+                return True
+            return False
+        if end == b:
+            if j < len(starts) and whens[j] == when:
+                starts[j] = a  # the run of `when` after grows over [a, b)
+            else:
+                starts.insert(j, a)
+                whens.insert(j, when)
+            return True
+        return False
 
 
 def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Paint,
@@ -189,8 +223,11 @@ def _beside(paint: _Paint, runs: list[list[int]], size: int, now: int, needed: i
             if at < 0 or end > ring or (avoid and any(at < y and x < end for x, y in avoid)):
                 continue
             i = bisect_right(starts, at) - 1
-            writers = when[i : bisect_left(starts, end, i + 1)]  # `paint.latest(at, end, now)`
-            if now not in writers and max(writers) <= needed:
+            latest = when[i]
+            j = bisect_left(starts, end, i + 1)
+            if j > i + 1:
+                latest = max(when[i:j])
+            if latest <= needed and latest != now:  # `now`, the latest time painted, is own
                 return at
     return -1
 

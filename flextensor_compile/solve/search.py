@@ -103,7 +103,7 @@ def _schedulable(
         pick = select(level)
         if fits(pick):
             return level, pick
-    n = len(low.selection)
+    n = len(low.slot_bytes)
     for count in range(n - 1, max(0, n - 1 - _PROBES), -1):
         pick = ctx.mix(low, top, count, ctx.spread[::-1])
         if fits(pick):
@@ -161,7 +161,7 @@ def _by_block(ctx: Context, high: Pick, num_blocks: int, order: str) -> tuple[in
 def _mix(
     ctx: Context, low: Pick, high: Pick, fits: Callable[[Pick], bool], order: tuple[int, ...]
 ) -> Pick:
-    a, b = 0, len(low.selection)  # mixing `a` traps does not fit; all `b` does (= high)
+    a, b = 0, len(low.slot_bytes)  # mixing `a` traps does not fit; all `b` does (= high)
     best = high
     while b - a > 1:
         c = (a + b) // 2

@@ -14,7 +14,9 @@ with y - a < step and b - a <= step, step <= total / `MAX_SUMS` bytes. So `best_
 less than total / `MAX_SUMS` below the largest achievable sum <= cap, and `best_at_least(need)`
 at most that above the smallest achievable sum >= need (there is one: the total). A thinned
 table keeps, per bucket of `step` bytes, its least achievable sum and its greatest (unless the
-next unit is achievable), computed on bit sets (`bitsums`); traps whose sums need too many bits
+next unit is achievable), computed on bit sets (`bitsums`), and kept as the bit set: a solve's
+queries by sum (`within`, `at_least`, `after`, `subset_of`) read the bits, and the sums are
+listed only when asked for (`sums`, which indexes refer to); traps whose sums need too many bits
 for that (`MAX_BITS`) are thinned the same way item by item on a dict, slower but with the same
 guarantee (bucket thinning keeps a <= y <= b, b - a <= step, for every y, so it never adds up).
 Must not know: time, blocks, plans.
@@ -27,7 +29,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 
 from flextensor_compile.solve.bitsums import Chunks, bits_needed, representatives, set_bits
 
@@ -35,22 +37,23 @@ __all__ = ["MAX_BITS", "MAX_SUMS", "SubsetTable", "union_of_sums"]
 
 MAX_SUMS = 4096
 MAX_BITS = 1 << 28  # bit sets (32 MiB) a thinned table may hold; beyond, it is thinned on a dict
+_NONZERO = bytes([0] + [1] * 255)  # byte -> 1 where it is not zero
 
 
 @dataclass(frozen=True)
 class SubsetTable:
-    """Sorted achievable sums and, on demand, one subset (item indexes, ascending) for each."""
+    """Sorted achievable sums and, on demand, one subset (item indexes, ascending) for each.
+    A table thinned on bit sets keeps its sums as the bit set and lists them only when asked
+    (`sums`): a solve's queries (`within`, `at_least`, `after`, `subset_of`) read the bits."""
 
-    sums: tuple[int, ...]
     exact: bool  # every achievable sum is in `sums`
     rebuild: Callable[[int], tuple[int, ...]] = field(repr=False, compare=False)  # sum -> subset
-    bits: int = field(
-        default=0, repr=False, compare=False
-    )  # `sums` as a bit set in units (0: none)
-    unit: int = field(default=1, repr=False, compare=False)  # bytes per bit of `bits`
+    bits: int = field(default=0, repr=False)  # the sums as a bit set in units (0: `listed`)
+    unit: int = field(default=1, repr=False)  # bytes per bit of `bits`
+    listed: tuple[int, ...] = ()  # the sorted sums, where there is no bit set
     _subsets: dict[int, tuple[int, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
-    )
+    )  # sum -> its subset
 
     @staticmethod
     def build(
@@ -60,7 +63,7 @@ class SubsetTable:
         at most total / `max_sums` (on bit sets while they take at most `max_bits` bits)."""
         unit = math.gcd(*sizes)
         if not unit:  # no items, or only empty ones
-            return SubsetTable((0,), True, lambda _: ())
+            return SubsetTable(True, lambda _: (), listed=(0,))
         if math.prod(n + 1 for n in Counter(sizes).values()) <= max_sums:
             return _exact(sizes, _first_items(sizes, max_sums))
         units = tuple(s // unit for s in sizes)
@@ -75,11 +78,32 @@ class SubsetTable:
             return _exact(sizes, first)
         return _thinned_dict(sizes, max(1, sum(sizes) // max_sums), max_sums)
 
+    @cached_property
+    def sums(self) -> tuple[int, ...]:
+        """Every sum the table holds, ascending (listed from the bit set on first use)."""
+        return set_bits(self.bits, self.unit) if self.bits else self.listed
+
+    @cached_property
+    def top(self) -> int:
+        """The largest sum (every item)."""
+        return (self.bits.bit_length() - 1) * self.unit if self.bits else self.listed[-1]
+
+    @cached_property
+    def _bytes(self) -> tuple[bytes, bytes]:
+        """`bits` as little-endian bytes, and per byte 1 where it is not zero (for `find`)."""
+        raw = self.bits.to_bytes((self.bits.bit_length() + 7) // 8, "little")
+        return raw, raw.translate(_NONZERO)
+
     def subset(self, k: int) -> tuple[int, ...]:
         """Item indexes (ascending) of one subset whose sizes sum to `sums[k]`."""
-        got = self._subsets.get(k)
+        return self.subset_of(self.sums[k])
+
+    def subset_of(self, total: int) -> tuple[int, ...]:
+        """Item indexes (ascending) of one subset whose sizes sum to `total`, a sum of the
+        table."""
+        got = self._subsets.get(total)
         if got is None:
-            got = self._subsets[k] = self.rebuild(self.sums[k])
+            got = self._subsets[total] = self.rebuild(total)
         return got
 
     def best_within(self, cap: float) -> int:
@@ -94,6 +118,51 @@ class SubsetTable:
         """Index of the smallest sum >= need (the largest sum if none reaches it)."""
         k = bisect_right(self.sums, need - 1)
         return min(k, len(self.sums) - 1)
+
+    def within(self, cap: float) -> int:
+        """The largest sum <= cap (0: the empty subset): `sums[best_within(cap)]`."""
+        top = self.top
+        if not cap < top:  # also NaN
+            return top
+        if cap < 0:
+            return 0
+        if not self.bits:
+            listed = self.listed
+            return listed[bisect_right(listed, int(cap)) - 1]
+        c = int(cap) // self.unit  # the largest set bit at most c (bit 0, the empty subset, is)
+        raw, nonzero = self._bytes
+        i = c >> 3
+        low = raw[i] & ((2 << (c & 7)) - 1)
+        if not low:
+            i = nonzero.rfind(1, 0, i)
+            low = raw[i]
+        return ((i << 3) + low.bit_length() - 1) * self.unit
+
+    def at_least(self, need: int) -> int:
+        """The smallest sum >= need (the largest if none reaches it): `sums[best_at_least(need)]`."""
+        if not need <= self.top:  # none reaches it
+            return self.top
+        if not self.bits:
+            return self.listed[self.best_at_least(need)]
+        return self._first_from(max(0, -(-need // self.unit)))  # (the top reaches `need`)
+
+    def after(self, total: int) -> int | None:
+        """The smallest sum above `total` (None: none is)."""
+        if not self.bits:
+            k = bisect_right(self.listed, total)
+            return self.listed[k] if k < len(self.listed) else None
+        return self._first_from(total // self.unit + 1) if total < self.top else None
+
+    def _first_from(self, c: int) -> int:
+        """The smallest sum of at least `c` units (one is: c is at most the top's): the byte
+        holding bit c, else the first nonzero byte above it."""
+        raw, nonzero = self._bytes
+        i = c >> 3
+        high = raw[i] >> (c & 7) << (c & 7)
+        if not high:
+            i = nonzero.find(1, i + 1)
+            high = raw[i]
+        return ((i << 3) + (high & -high).bit_length() - 1) * self.unit
 
 
 def union_of_sums(tables: Iterable[SubsetTable]) -> list[int]:
@@ -136,14 +205,14 @@ def _exact(sizes: tuple[int, ...], first: dict[int, int] | None) -> SubsetTable:
             total -= sizes[k]
         return tuple(reversed(picked))
 
-    return SubsetTable(tuple(sorted(first)), True, rebuild)
+    return SubsetTable(True, rebuild, listed=tuple(sorted(first)))
 
 
 def _thinned_bits(chunks: Chunks, unit: int, step: int) -> SubsetTable:
     """The thinned table from the bit set of every sum (`step` in units)."""
     kept = representatives(chunks.reach, sum(chunks.units), step)
     rebuild = partial(_rebuild_units, chunks, unit)
-    return SubsetTable(set_bits(kept, unit), step == 1, rebuild, kept, unit)
+    return SubsetTable(step == 1, rebuild, kept, unit)
 
 
 def _rebuild_units(chunks: Chunks, unit: int, total: int) -> tuple[int, ...]:
@@ -158,8 +227,7 @@ def _thinned_dict(sizes: tuple[int, ...], step: int, most: int) -> SubsetTable:
         grown = {s + size: (*subset, k) for s, subset in table.items()}
         grown.update(table)
         table = _bucket_ends(grown, step) if len(grown) > most else grown
-    sums = tuple(sorted(table))
-    return SubsetTable(sums, step == 1, table.__getitem__)
+    return SubsetTable(step == 1, table.__getitem__, listed=tuple(sorted(table)))
 
 
 def _bucket_ends(table: dict[int, tuple[int, ...]], step: int) -> dict[int, tuple[int, ...]]:

@@ -144,3 +144,26 @@ def test_union_of_sums_equals_the_set_union() -> None:
     ]
     for chosen in (tables[:1], tables[:2], tables, tables[3:], [tables[0], tables[0]]):
         assert union_of_sums(chosen) == sorted({s for t in chosen for s in t.sums})
+
+
+def test_queries_by_sum_agree_with_the_listed_sums() -> None:
+    """`within`, `at_least`, `after` and `subset_of` (what a solve asks; a table thinned on bit
+    sets answers them from the bits) give what the listed `sums` and their indexes give."""
+    rng = random.Random(11)
+    for items, max_bits in (
+        (tuple(rng.randint(1, 4000) * 4096 for _ in range(24)), 1 << 28),  # thinned, bits
+        (tuple(rng.randint(1, 4000) * 4096 for _ in range(24)), 0),  # thinned, dict
+        (tuple(rng.randint(1, 3000) * 256 for _ in range(9)), 1 << 28),  # exact
+        ((7, 0, 3), 1 << 28),
+    ):
+        table = SubsetTable.build(items, max_bits=max_bits)
+        sums, top = table.sums, sum(items)
+        probes = [-1.5, -1, 0, 0.5, 1, top - 1, top, top + 1, float("nan")]
+        probes += [rng.uniform(0, top) for _ in range(200)] + rng.sample(sums, min(50, len(sums)))
+        for cap in probes:
+            assert table.within(cap) == sums[table.best_within(cap)]
+        for need in [int(x) for x in probes if x == x] + [s + 1 for s in sums[:50]]:
+            assert table.at_least(need) == sums[table.best_at_least(need)]
+        for k, s in enumerate(sums):
+            assert table.after(s) == (sums[k + 1] if k + 1 < len(sums) else None)
+            assert table.subset_of(s) == table.subset(k)

@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     # deployment (profile -> installed model)
     "offload_from_profile": "deploy",
     "handle": "deploy",
+    "PlannedDeviceWarning": "planned_device",
     "offload_block": "manual",
     "replan": "strategy_replan",
     # cross-step caches

@@ -33,6 +33,7 @@ from flextensor_runtime.offloader_marks import (
     marked_root,
     unmark_members,
 )
+from flextensor_runtime.planned_device import warn_if_other_device
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
 from flextensor_runtime.vram.autotorch import AutoTorchModule
@@ -336,6 +337,7 @@ def offload_from_profile(
     model.__dict__[_HANDLE_ATTR] = h
     _mark_members(h, model)
     current_model.set(model)
+    warn_if_other_device(profile.device, be)
     return model
 
 

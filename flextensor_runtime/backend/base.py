@@ -32,6 +32,11 @@ class DeviceBackend(ABC):
         self.held_bytes = 0
         self.peak_held_bytes = 0
 
+    def device_name(self) -> str:
+        """The device's product name as `ftc profile` records it for the device it measured on
+        (`DeviceSpec.name`); the device string on the CPU."""
+        return str(self.device)
+
     # --- memory -------------------------------------------------------------------------
     @abstractmethod
     def free_bytes(self) -> int:

@@ -43,6 +43,9 @@ class CudaBackend(DeviceBackend):
         self.pinned = pinned
         self.copy_stream = torch.cuda.Stream(device=self.device)
 
+    def device_name(self) -> str:
+        return str(torch.cuda.get_device_properties(self.device).name)
+
     def free_bytes(self) -> int:
         return allocatable_bytes(self.device)
 

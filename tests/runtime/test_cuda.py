@@ -84,3 +84,9 @@ def test_split_transfers_on_cuda(layout: str, mode: str) -> None:
     h = handle(model)
     assert h.report().stalls == 0
     h.remove()
+
+
+def test_cuda_backend_names_its_device_as_ftc_records_it() -> None:
+    # `ftc profile` records `get_device_properties(...).name`; deployment compares with this
+    backend = CudaBackend()
+    assert backend.device_name() == torch.cuda.get_device_properties(backend.device).name

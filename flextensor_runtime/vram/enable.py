@@ -19,6 +19,7 @@ from torch import nn
 from flextensor_runtime.deploy import _HANDLE_ATTR as PROFILE_MARK
 from flextensor_runtime.deploy import profile_conflict
 from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.fused_paths import call_submodules
 from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
 from flextensor_runtime.layerwise import layerwise_conflict
 from flextensor_runtime.vram.autotorch import AutoTorchModule
@@ -198,11 +199,34 @@ def _wrap_children(
             total = _wrap_children(child, plan, name, total, memo)
             continue
         wrapped, total = plan.wrap(child, wrapper, name, total)
+        _check_called(model, child_name, wrapped, name)
         memo[id(child)] = wrapped
         setattr(model, child_name, wrapped)
         if isinstance(wrapped, AutoWrappedNonRecurseModule):
             total = _wrap_children(wrapped.module, plan, name, total, memo)
     return total
+
+
+def _check_called(parent: nn.Module, key: str, wrapped: AutoTorchModule, name: str) -> None:
+    """Refuse a wrapper whose parent reads its weights without calling it (MultiheadAttention
+    passes `out_proj.weight` and `.bias` to its attention op): they would be used wherever the
+    wrapper stores them, not at the computation placement."""
+    if not isinstance(parent, nn.MultiheadAttention) or key != "out_proj":
+        return
+    if wrapped.holds(wrapped.stages.computation):
+        return  # stored at the computation placement: what the parent reads is right
+    raise ConfigError(
+        f"module_map wraps {name!r} ({type(parent._modules[key]).__name__}), but its parent "
+        "MultiheadAttention reads its weight and bias without calling it, so they would be used "
+        "at the offload placement; map nn.MultiheadAttention to AutoWrappedModule before "
+        "nn.Linear in module_map (it then manages out_proj too)"
+    )
+
+
+def _turn_off_fused_paths(model: nn.Module) -> None:
+    """Fused fast paths (`nn.TransformerEncoderLayer`) would read the stored weights of the
+    wrappers inside them without calling the wrappers: turn them off (see `fused_paths`)."""
+    call_submodules(model, {id(m) for m in model.modules() if isinstance(m, AutoTorchModule)})
 
 
 def _make_plan(
@@ -264,7 +288,9 @@ def enable_vram_management_recursively(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
     with _unchanged_on_error(model):
-        return _wrap_children(model, plan, name_prefix, total_num_param, {})
+        total = _wrap_children(model, plan, name_prefix, total_num_param, {})
+    _turn_off_fused_paths(model)
+    return total
 
 
 def enable_vram_management(
@@ -298,6 +324,7 @@ def enable_vram_management(
     )
     with _unchanged_on_error(model):
         model = _install(model, plan)
+    _turn_off_fused_paths(model)
     model.vram_management_enabled = True  # type: ignore[assignment]
     return model
 

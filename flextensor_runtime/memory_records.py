@@ -113,9 +113,25 @@ def _words(text: str) -> set[str]:
     return {w for w in text.lower().split() if w}
 
 
+def _same_value(stored: Any, wanted: Any) -> bool:
+    """Whether a metadata value equals the one a filter asks for. Two arrays (a tensor pose, a
+    numpy latent) are equal when their shapes are and every element is: `==` on them gives an
+    array, whose truth value is an error ("ambiguous"), and would broadcast other shapes. An
+    array against a plain value compares only when it holds one element."""
+    if stored is wanted:
+        return True
+    shape, wanted_shape = getattr(stored, "shape", None), getattr(wanted, "shape", None)
+    try:
+        if shape is not None and wanted_shape is not None:
+            return bool(shape == wanted_shape and (stored == wanted).all())
+        return bool(stored == wanted)
+    except Exception:  # values that do not compare (devices, types, several elements): unequal
+        return False
+
+
 def _matches_metadata(record: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
     meta = record.get("metadata") or {}
-    return all(k in meta and meta[k] == v for k, v in (wanted or {}).items())
+    return all(k in meta and _same_value(meta[k], v) for k, v in (wanted or {}).items())
 
 
 def _check_capacity(capacity: object) -> int | None:

@@ -248,3 +248,23 @@ def test_failed_replace_keeps_the_eviction_count() -> None:
     with pytest.raises(ConfigError, match="lacks 'content'"):
         store.replace([{"content": "a"}, {"content": "b"}, {"nocontent": 1}])
     assert store.append("next")["timestamp"] == 3
+
+
+def test_metadata_filters_compare_array_values_whole() -> None:
+    """Tensor metadata (a camera pose) made every metadata filter on that key raise torch's
+    "Boolean value of Tensor with more than one value is ambiguous"."""
+    import numpy as np
+    import torch
+
+    store = MemoryStore()
+    a = store.append(
+        "left", metadata={"pose": torch.tensor([1.0, 2.0, 3.0]), "step": torch.tensor(4)}
+    )
+    b = store.append("right", metadata={"pose": torch.tensor([1.0, 2.0, 4.0]), "step": 5})
+    c = store.append("latent", metadata={"pose": np.zeros(3)})
+    assert store.query(metadata={"pose": torch.tensor([1.0, 2.0, 3.0])}) == [a]
+    assert store.query(metadata={"pose": torch.tensor([1.0, 2.0])}) == []  # no broadcasting
+    assert store.query(metadata={"pose": np.zeros(3)}) == [c]
+    assert store.latest(metadata={"pose": torch.tensor([1.0, 2.0, 4.0])}) is b
+    assert store.query(metadata={"step": 4}) == [a]  # a one-element tensor equals its number
+    assert store.query(metadata={"pose": 1.0}) == []

@@ -26,6 +26,7 @@ from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.module import AutoWrappedNonRecurseModule
 from flextensor_runtime.vram.placement import resolve_stages
 from flextensor_runtime.vram.tensor_slots import managed_parameters
+from flextensor_runtime.vram.tied_keys import with_tied_keys
 
 __all__ = [
     "VRAM_CONFIG_KEYS",
@@ -284,6 +285,7 @@ def enable_vram_management_recursively(
     of wrapped parameter elements (`total_num_param` plus those wrapped here)."""
     _check_model(model)
     _check_not_offloaded(model)
+    disk_map = with_tied_keys(model, disk_map, name_prefix)
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
@@ -319,6 +321,7 @@ def enable_vram_management(
             "enable_vram_management once, on a freshly built model"
         )
     _check_not_offloaded(model)
+    disk_map = with_tied_keys(model, disk_map)  # a tie saved once answers to its other names
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )

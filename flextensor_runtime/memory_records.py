@@ -209,7 +209,7 @@ class MemoryStore:
         if metadata is not None and not isinstance(metadata, Mapping):
             raise ConfigError(f"latest metadata={metadata!r} is invalid; pass a mapping or None")
         matching = [r for r in self._records if _matches_metadata(r, metadata)]
-        preferred = [r for r in matching if r["kind"] == prefer_type]
+        preferred = [r for r in matching if r.get("kind") == prefer_type]
         pool = preferred or matching
         if not pool:
             return None
@@ -236,7 +236,8 @@ class MemoryStore:
         for position, record in enumerate(self._records):
             if not self._passes(record, q):
                 continue
-            overlap = len(wanted & _words(str(record["content"]))) / len(wanted) if wanted else 0.0
+            text = str(record.get("content", ""))
+            overlap = len(wanted & _words(text)) / len(wanted) if wanted else 0.0
             if wanted and overlap == 0.0:
                 continue
             score = record.get("score")

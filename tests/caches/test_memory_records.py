@@ -268,3 +268,13 @@ def test_metadata_filters_compare_array_values_whole() -> None:
     assert store.latest(metadata={"pose": torch.tensor([1.0, 2.0, 4.0])}) is b
     assert store.query(metadata={"step": 4}) == [a]  # a one-element tensor equals its number
     assert store.query(metadata={"pose": 1.0}) == []
+
+
+def test_records_added_through_the_live_list_are_read_leniently() -> None:
+    """`records` is the live list, so code may append plain dicts to it; latest(prefer_type=)
+    raised KeyError on one without 'kind', and a text query on one without 'content'."""
+    store = MemoryStore()
+    kept = store.append("door opened", kind="text")
+    store.records.append({"timestamp": 5, "metadata": {}})
+    assert store.latest(prefer_type="text") is kept
+    assert store.query(text="door") == [kept]

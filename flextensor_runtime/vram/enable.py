@@ -9,8 +9,7 @@ Must not know: what the wrappers do inside, profile files.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from flextensor_runtime.errors import ConfigError, VramManagementError
 from flextensor_runtime.fused_paths import call_submodules
 from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
 from flextensor_runtime.layerwise import layerwise_conflict
+from flextensor_runtime.module_state import unchanged_on_error
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.module import AutoWrappedNonRecurseModule
 from flextensor_runtime.vram.placement import resolve_stages
@@ -51,27 +51,6 @@ def _check_config(config: Mapping[str, Any], what: str, *, values: bool = True) 
     if values:  # bad devices and dtypes fail here, before any module is wrapped
         resolve_stages(**config)
     return dict(config)
-
-
-@contextmanager
-def _unchanged_on_error(model: nn.Module) -> Iterator[None]:
-    """Put back every child module, parameter and buffer of `model` if the body raises."""
-    modules = list(model.modules())
-    saved = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in modules]
-    datas = [(p, p.data) for m in modules for p in m._parameters.values() if p is not None]
-    try:
-        yield
-    except BaseException:
-        for module, children, params, buffers in saved:
-            module._modules.clear()
-            module._modules.update(children)
-            module._parameters.clear()
-            module._parameters.update(params)
-            module._buffers.clear()
-            module._buffers.update(buffers)
-        for param, data in datas:
-            param.data = data
-        raise
 
 
 def _check_model(model: object) -> None:
@@ -289,7 +268,7 @@ def enable_vram_management_recursively(
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
-    with _unchanged_on_error(model):
+    with unchanged_on_error(model):
         total = _wrap_children(model, plan, name_prefix, total_num_param, {})
     _turn_off_fused_paths(model)
     return total
@@ -325,7 +304,7 @@ def enable_vram_management(
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
-    with _unchanged_on_error(model):
+    with unchanged_on_error(model):
         model = _install(model, plan)
     _turn_off_fused_paths(model)
     model.vram_management_enabled = True  # type: ignore[assignment]

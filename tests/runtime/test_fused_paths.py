@@ -6,12 +6,14 @@ traps never ran and the layer read whatever the memory blocks held (NaN)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from tests.runtime.conftest import assert_same, deploy, snapshot
 from tests.runtime.plans import build_profile, record_order
 
+MODES = ("allocation_block_transfer", "strategy", "raw_block_transfer")
 LEAVES = ("self_attn", "norm1", "linear1", "linear2", "norm2")
 
 
@@ -21,14 +23,15 @@ def _encoder() -> nn.TransformerEncoder:
     return nn.TransformerEncoder(layer, 3, enable_nested_tensor=False).eval()
 
 
-def test_encoder_layer_fast_path_runs_the_leaf_traps() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_encoder_layer_fast_path_runs_the_leaf_traps(mode: str) -> None:
     model = _encoder()
     x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         plain = model(x)
     names = [f"layers.{i}.{leaf}" for i in range(3) for leaf in LEAVES]
     order, calls = record_order(model, names, x)
-    profile = build_profile(model, order, calls=calls, num_blocks=2, prefetch=1)
+    profile = build_profile(model, order, calls=calls, num_blocks=2, prefetch=1, mode=mode)
     before = snapshot(model)
     h = deploy(model, profile)
     with torch.no_grad():

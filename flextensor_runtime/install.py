@@ -241,6 +241,7 @@ def _trap_forward(runtime: Runtime, i: int, original: Callable) -> Callable:
             exit_(i)
 
     forward._ft_original_forward_func = original  # type: ignore[attr-defined]
+    forward.__wrapped__ = original  # type: ignore[attr-defined]  # inspect.signature: the original's
     return forward
 
 

@@ -88,7 +88,7 @@ class TiedKeys(Mapping[str, torch.Tensor]):
 
 def with_tied_keys(model: nn.Module, disk_map: Any, prefix: str = "") -> Any:
     """`disk_map`, answering tied names the checkpoint lacks (see the module doc)."""
-    if disk_map is None or not hasattr(disk_map, "__contains__"):
-        return disk_map
+    if not hasattr(disk_map, "__contains__") or not callable(getattr(disk_map, "load", None)):
+        return disk_map  # None, or not a map the wrappers could read (refused where used)
     aliases = tied_aliases(model, disk_map, prefix)
     return TiedKeys(disk_map, aliases) if aliases else disk_map

@@ -10,6 +10,7 @@ Must not know: VRAM, offloading, devices, caches. It imports no torch.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -20,6 +21,7 @@ from flextensor_runtime.errors import ConfigError
 __all__ = ["REQUIRED_KEYS", "BaseMemory", "MemoryQuery", "MemoryRecord", "MemoryStore"]
 
 REQUIRED_KEYS = ("content", "kind", "timestamp", "metadata")
+_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,9 @@ def _check_fields(kind: object, metadata: object, timestamp: object, score: obje
 
 
 def _words(text: str) -> set[str]:
-    return {w for w in text.lower().split() if w}
+    """Lower-case words: runs of letters, digits and underscores (punctuation separates them,
+    so "opened." and "door," are the words "opened" and "door")."""
+    return set(_WORD.findall(text.lower()))
 
 
 def _same_value(stored: Any, wanted: Any) -> bool:

@@ -278,3 +278,12 @@ def test_records_added_through_the_live_list_are_read_leniently() -> None:
     store.records.append({"timestamp": 5, "metadata": {}})
     assert store.latest(prefer_type="text") is kept
     assert store.query(text="door") == [kept]
+
+
+def test_text_queries_match_words_next_to_punctuation() -> None:
+    """Words were split on spaces only, so "opened." never matched the query "opened"."""
+    store = MemoryStore()
+    caption = store.append("The door opened, slowly.", kind="text")
+    store.append("a window", kind="text")
+    assert store.query(text="opened") == [caption]
+    assert store.query(text="Door slowly!") == [caption]

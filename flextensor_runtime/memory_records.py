@@ -10,18 +10,17 @@ Must not know: VRAM, offloading, devices, caches. It imports no torch.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.memory_match import matches_metadata, words
 
 __all__ = ["REQUIRED_KEYS", "BaseMemory", "MemoryQuery", "MemoryRecord", "MemoryStore"]
 
 REQUIRED_KEYS = ("content", "kind", "timestamp", "metadata")
-_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -111,33 +110,6 @@ def _check_fields(kind: object, metadata: object, timestamp: object, score: obje
             )
 
 
-def _words(text: str) -> set[str]:
-    """Lower-case words: runs of letters, digits and underscores (punctuation separates them,
-    so "opened." and "door," are the words "opened" and "door")."""
-    return set(_WORD.findall(text.lower()))
-
-
-def _same_value(stored: Any, wanted: Any) -> bool:
-    """Whether a metadata value equals the one a filter asks for. Two arrays (a tensor pose, a
-    numpy latent) are equal when their shapes are and every element is: `==` on them gives an
-    array, whose truth value is an error ("ambiguous"), and would broadcast other shapes. An
-    array against a plain value compares only when it holds one element."""
-    if stored is wanted:
-        return True
-    shape, wanted_shape = getattr(stored, "shape", None), getattr(wanted, "shape", None)
-    try:
-        if shape is not None and wanted_shape is not None:
-            return bool(shape == wanted_shape and (stored == wanted).all())
-        return bool(stored == wanted)
-    except Exception:  # values that do not compare (devices, types, several elements): unequal
-        return False
-
-
-def _matches_metadata(record: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
-    meta = record.get("metadata") or {}
-    return all(k in meta and _same_value(meta[k], v) for k, v in (wanted or {}).items())
-
-
 def _check_capacity(capacity: object) -> int | None:
     if capacity is None:
         return None
@@ -212,7 +184,7 @@ class MemoryStore:
         """
         if metadata is not None and not isinstance(metadata, Mapping):
             raise ConfigError(f"latest metadata={metadata!r} is invalid; pass a mapping or None")
-        matching = [r for r in self._records if _matches_metadata(r, metadata)]
+        matching = [r for r in self._records if matches_metadata(r, metadata)]
         preferred = [r for r in matching if r.get("kind") == prefer_type]
         pool = preferred or matching
         if not pool:
@@ -235,13 +207,13 @@ class MemoryStore:
             raise ConfigError(
                 f"query overrides {sorted(overrides)} are not all MemoryQuery fields; use {names}"
             ) from None
-        wanted = _words(q.text) if q.text else set()
+        wanted = words(q.text) if q.text else set()
         ranked = []
         for position, record in enumerate(self._records):
             if not self._passes(record, q):
                 continue
             text = str(record.get("content", ""))
-            overlap = len(wanted & _words(text)) / len(wanted) if wanted else 0.0
+            overlap = len(wanted & words(text)) / len(wanted) if wanted else 0.0
             if wanted and overlap == 0.0:
                 continue
             score = record.get("score")
@@ -313,7 +285,7 @@ class MemoryStore:
         score = record.get("score")
         return (
             (q.kind is None or record.get("kind") == q.kind)
-            and _matches_metadata(record, q.metadata)
+            and matches_metadata(record, q.metadata)
             and (q.since is None or stamp >= q.since)
             and (q.until is None or stamp <= q.until)
             and (q.min_score is None or (score is not None and score >= q.min_score))

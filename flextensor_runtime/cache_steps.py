@@ -149,8 +149,10 @@ def same_layout(a: Any, b: Any) -> bool:
 
 
 def detach_tree(tree: Any) -> Any:
-    """The same tree with every tensor detached (no copy): stored outputs never hold a graph."""
-    return map_tree(lambda t: t.detach(), tree)
+    """The same tree with every tensor detached (no copy): stored outputs never hold a graph.
+    A tensor outside any graph is kept as it is, so a replay returns the dense output's own
+    tensor objects."""
+    return map_tree(lambda t: t if t.grad_fn is None and not t.requires_grad else t.detach(), tree)
 
 
 def extrapolate_tree(last: Any, previous: Any, factor: float) -> Any:

@@ -110,6 +110,7 @@ def _guarded(module: nn.Module, check: Callable[[nn.Module, Any], None]) -> Call
         return original(*args, **kwargs)
 
     forward._ft_original_forward_func = original  # type: ignore[attr-defined]
+    forward.__wrapped__ = original  # type: ignore[attr-defined]  # inspect.signature: the original's
     module.forward = forward  # type: ignore[method-assign]
 
     def undo() -> None:

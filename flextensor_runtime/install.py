@@ -23,7 +23,9 @@ from flextensor_runtime.call_guard import guard_owner_calls
 from flextensor_runtime.counts import count_of
 from flextensor_runtime.errors import InstallError, ModelFileError
 from flextensor_runtime.events import EventLog
+from flextensor_runtime.fused_paths import call_submodules
 from flextensor_runtime.lazy_load import Checkpoint
+from flextensor_runtime.model_tensors import owner_path
 from flextensor_runtime.profile import Profile, TensorEntry
 from flextensor_runtime.schedule import Tables, build_tables
 from flextensor_runtime.transfer_modes import StreamedTensor, check_mode, make_mode
@@ -239,6 +241,7 @@ def _trap_forward(runtime: Runtime, i: int, original: Callable) -> Callable:
             exit_(i)
 
     forward._ft_original_forward_func = original  # type: ignore[attr-defined]
+    forward.__wrapped__ = original  # type: ignore[attr-defined]  # inspect.signature: the original's
     return forward
 
 
@@ -247,6 +250,14 @@ def _host_copies(profile: Profile, streamed: list[list[StreamedTensor]]) -> dict
     by_canon = {s.entry.name: s.host for group in streamed for s in group}
     return {e.name: by_canon[e.tie or e.name] for e in profile.all_tensors()
             if e.kind != "inner" and (e.tie or e.name) in by_canon}  # fmt: skip
+
+
+def _manual_owners(dep: Deployment) -> set[int]:
+    """Ids of the modules that own a streamed tensor of a manual trap (no forward loads it)."""
+    model = dep.model
+    return {id(model.get_submodule(owner_path(e.name, e.kind)))
+            for t in dep.profile.traps if t.kind == "manual"
+            for e in t.tensors if e.placement != "resident"}  # fmt: skip
 
 
 def install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
@@ -284,6 +295,7 @@ def _install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
         dep.undo.append(guard_weights(dep.model, lambda: [r.tensor for r in refs], hosts))
         trapped = {id(m) for m in dep.binding.modules.values()}
         dep.undo.append(guard_owner_calls(dep.model, profile, tables, runtime, trapped))
+        dep.undo.append(call_submodules(dep.model, trapped | _manual_owners(dep)))
         dep.runtime, dep.tables = runtime, tables
         runtime.prologue()
         free = hooks.free_fn

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 
 from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.layerwise_checks import check_materialized, check_unshared
+from flextensor_runtime.module_state import unchanged_on_error
 from flextensor_runtime.offloader_marks import (
     find_managed,
     mark_members,
@@ -272,25 +274,6 @@ def _check_no_other_offloader(model: nn.Module) -> None:
         )
 
 
-def _layer_tensors(layer: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """What the window copies for `layer`: its parameters and their inner tensor fields."""
-    for param in layer.parameters():
-        yield "a parameter", param
-        for attr, inner in carried_fields(param):
-            yield f"an inner tensor field .{attr}", inner
-
-
-def _check_unshared(layers: list[nn.Module]) -> None:
-    owner: dict[int, int] = {}
-    for index, layer in enumerate(layers):
-        for what, t in _layer_tensors(layer):
-            if owner.setdefault(id(t), index) != index:
-                raise ConfigError(
-                    f"layers {owner[id(t)]} and {index} share {what}: reuse_buffers=True "
-                    "forbids shared storage across layers; use reuse_buffers=False"
-                )
-
-
 def enable_layerwise_offload_on(
     model: nn.Module,
     backend: CopyBackend,
@@ -308,9 +291,11 @@ def enable_layerwise_offload_on(
         return LayerwiseOffloadHandle(
             False, 0, reason="no ModuleList found: pass layer_container= naming the layer stack"
         )
+    check_materialized(model)
     if reuse_buffers:
-        _check_unshared(layers)
-    with torch.inference_mode(False):  # masters, resident copies and slots stay normal tensors
+        check_unshared(layers)
+    # masters, resident copies and slots stay normal tensors; a failure puts the model back
+    with torch.inference_mode(False), unchanged_on_error(model):
         return _install(model, layers, backend, pin_memory, reuse_buffers)
 
 

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flextensor_runtime.errors import ConfigError
+from flextensor_runtime.memory_match import matches_metadata, words
 
 __all__ = ["REQUIRED_KEYS", "BaseMemory", "MemoryQuery", "MemoryRecord", "MemoryStore"]
 
@@ -109,15 +110,6 @@ def _check_fields(kind: object, metadata: object, timestamp: object, score: obje
             )
 
 
-def _words(text: str) -> set[str]:
-    return {w for w in text.lower().split() if w}
-
-
-def _matches_metadata(record: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
-    meta = record.get("metadata") or {}
-    return all(k in meta and meta[k] == v for k, v in (wanted or {}).items())
-
-
 def _check_capacity(capacity: object) -> int | None:
     if capacity is None:
         return None
@@ -192,8 +184,8 @@ class MemoryStore:
         """
         if metadata is not None and not isinstance(metadata, Mapping):
             raise ConfigError(f"latest metadata={metadata!r} is invalid; pass a mapping or None")
-        matching = [r for r in self._records if _matches_metadata(r, metadata)]
-        preferred = [r for r in matching if r["kind"] == prefer_type]
+        matching = [r for r in self._records if matches_metadata(r, metadata)]
+        preferred = [r for r in matching if r.get("kind") == prefer_type]
         pool = preferred or matching
         if not pool:
             return None
@@ -215,12 +207,13 @@ class MemoryStore:
             raise ConfigError(
                 f"query overrides {sorted(overrides)} are not all MemoryQuery fields; use {names}"
             ) from None
-        wanted = _words(q.text) if q.text else set()
+        wanted = words(q.text) if q.text else set()
         ranked = []
         for position, record in enumerate(self._records):
             if not self._passes(record, q):
                 continue
-            overlap = len(wanted & _words(str(record["content"]))) / len(wanted) if wanted else 0.0
+            text = str(record.get("content", ""))
+            overlap = len(wanted & words(text)) / len(wanted) if wanted else 0.0
             if wanted and overlap == 0.0:
                 continue
             score = record.get("score")
@@ -292,7 +285,7 @@ class MemoryStore:
         score = record.get("score")
         return (
             (q.kind is None or record.get("kind") == q.kind)
-            and _matches_metadata(record, q.metadata)
+            and matches_metadata(record, q.metadata)
             and (q.since is None or stamp >= q.since)
             and (q.until is None or stamp <= q.until)
             and (q.min_score is None or (score is not None and score >= q.min_score))

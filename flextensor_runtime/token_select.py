@@ -129,7 +129,10 @@ def _seq_dim(tensor: torch.Tensor, seq_dim: int) -> int:
 
 def _token_norms(tensor: torch.Tensor, seq_dim: int) -> torch.Tensor:
     length = tensor.shape[seq_dim]
-    return tensor.detach().movedim(seq_dim, 0).reshape(length, -1).float().norm(dim=1)  # [L]
+    flat = tensor.detach().movedim(seq_dim, 0).reshape(length, -1)  # [L, rest]
+    if flat.is_complex():  # .float() would drop the imaginary part
+        flat = flat.abs()
+    return flat.float().norm(dim=1)  # [L]
 
 
 def _checked_velocity(

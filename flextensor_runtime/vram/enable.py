@@ -9,8 +9,7 @@ Must not know: what the wrappers do inside, profile files.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +18,15 @@ from torch import nn
 from flextensor_runtime.deploy import _HANDLE_ATTR as PROFILE_MARK
 from flextensor_runtime.deploy import profile_conflict
 from flextensor_runtime.errors import ConfigError, VramManagementError
+from flextensor_runtime.fused_paths import call_submodules
 from flextensor_runtime.layerwise import _HANDLE_ATTR as LAYERWISE_MARK
 from flextensor_runtime.layerwise import layerwise_conflict
+from flextensor_runtime.module_state import unchanged_on_error
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.module import AutoWrappedNonRecurseModule
 from flextensor_runtime.vram.placement import resolve_stages
 from flextensor_runtime.vram.tensor_slots import managed_parameters
+from flextensor_runtime.vram.tied_keys import with_tied_keys
 
 __all__ = [
     "VRAM_CONFIG_KEYS",
@@ -49,27 +51,6 @@ def _check_config(config: Mapping[str, Any], what: str, *, values: bool = True) 
     if values:  # bad devices and dtypes fail here, before any module is wrapped
         resolve_stages(**config)
     return dict(config)
-
-
-@contextmanager
-def _unchanged_on_error(model: nn.Module) -> Iterator[None]:
-    """Put back every child module, parameter and buffer of `model` if the body raises."""
-    modules = list(model.modules())
-    saved = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in modules]
-    datas = [(p, p.data) for m in modules for p in m._parameters.values() if p is not None]
-    try:
-        yield
-    except BaseException:
-        for module, children, params, buffers in saved:
-            module._modules.clear()
-            module._modules.update(children)
-            module._parameters.clear()
-            module._parameters.update(params)
-            module._buffers.clear()
-            module._buffers.update(buffers)
-        for param, data in datas:
-            param.data = data
-        raise
 
 
 def _check_model(model: object) -> None:
@@ -198,11 +179,34 @@ def _wrap_children(
             total = _wrap_children(child, plan, name, total, memo)
             continue
         wrapped, total = plan.wrap(child, wrapper, name, total)
+        _check_called(model, child_name, wrapped, name)
         memo[id(child)] = wrapped
         setattr(model, child_name, wrapped)
         if isinstance(wrapped, AutoWrappedNonRecurseModule):
             total = _wrap_children(wrapped.module, plan, name, total, memo)
     return total
+
+
+def _check_called(parent: nn.Module, key: str, wrapped: AutoTorchModule, name: str) -> None:
+    """Refuse a wrapper whose parent reads its weights without calling it (MultiheadAttention
+    passes `out_proj.weight` and `.bias` to its attention op): they would be used wherever the
+    wrapper stores them, not at the computation placement."""
+    if not isinstance(parent, nn.MultiheadAttention) or key != "out_proj":
+        return
+    if wrapped.holds(wrapped.stages.computation):
+        return  # stored at the computation placement: what the parent reads is right
+    raise ConfigError(
+        f"module_map wraps {name!r} ({type(parent._modules[key]).__name__}), but its parent "
+        "MultiheadAttention reads its weight and bias without calling it, so they would be used "
+        "at the offload placement; map nn.MultiheadAttention to AutoWrappedModule before "
+        "nn.Linear in module_map (it then manages out_proj too)"
+    )
+
+
+def _turn_off_fused_paths(model: nn.Module) -> None:
+    """Fused fast paths (`nn.TransformerEncoderLayer`) would read the stored weights of the
+    wrappers inside them without calling the wrappers: turn them off (see `fused_paths`)."""
+    call_submodules(model, {id(m) for m in model.modules() if isinstance(m, AutoTorchModule)})
 
 
 def _make_plan(
@@ -260,11 +264,14 @@ def enable_vram_management_recursively(
     of wrapped parameter elements (`total_num_param` plus those wrapped here)."""
     _check_model(model)
     _check_not_offloaded(model)
+    disk_map = with_tied_keys(model, disk_map, name_prefix)
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
-    with _unchanged_on_error(model):
-        return _wrap_children(model, plan, name_prefix, total_num_param, {})
+    with unchanged_on_error(model):
+        total = _wrap_children(model, plan, name_prefix, total_num_param, {})
+    _turn_off_fused_paths(model)
+    return total
 
 
 def enable_vram_management(
@@ -293,11 +300,13 @@ def enable_vram_management(
             "enable_vram_management once, on a freshly built model"
         )
     _check_not_offloaded(model)
+    disk_map = with_tied_keys(model, disk_map)  # a tie saved once answers to its other names
     plan = _make_plan(
         module_map, vram_config, vram_limit, disk_map, max_num_param, overflow_vram_config, kwargs
     )
-    with _unchanged_on_error(model):
+    with unchanged_on_error(model):
         model = _install(model, plan)
+    _turn_off_fused_paths(model)
     model.vram_management_enabled = True  # type: ignore[assignment]
     return model
 

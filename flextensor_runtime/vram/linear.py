@@ -25,6 +25,15 @@ from flextensor_runtime.vram.wrapper_init import check_options, initial_placemen
 
 __all__ = ["AutoWrappedLinear"]
 
+# nn.Module's per-instance forward hook registries (what `register_forward_(pre_)hook` fills)
+_FORWARD_HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
+
 
 class AutoWrappedLinear(AutoTorchModule):
     """Linear-layer wrapper with staged placement, disk loading, FP8, and LoRA support.
@@ -78,8 +87,18 @@ class AutoWrappedLinear(AutoTorchModule):
         self.fp8_backend: str = kwargs.get("fp8_backend", "auto")
         self.loras: list[LoraAdapter] = []
         self.lora_merger: LoraMerger | None = None
+        self._take_hooks(module)
         self.stored = initial_placement(self._managed(), disk_map, name, self.stages)
         self.offload()
+
+    def _take_hooks(self, module: nn.Linear) -> None:
+        """The wrapper replaces `module`: its forward hooks (a pre-hook that scales the input,
+        a hook capturing activations) and its train/eval mode carry over. The hook dicts are
+        shared, not copied, so the handles their callers hold still remove them."""
+        for attr in _FORWARD_HOOK_DICTS:
+            if attr in module.__dict__:
+                object.__setattr__(self, attr, module.__dict__[attr])
+        self.training = module.training
 
     def _managed_root(self) -> nn.Module:
         return self

@@ -74,6 +74,7 @@ class AutoWrappedModule(AutoTorchModule):
             vram_limit, kwargs.get("memory_reader"),
         )  # fmt: skip
         self.module = module
+        self.training = module.training  # the wrapper stands where the module stood
         self.name = name
         self.disk_map = disk_map
         self._settle_buffers()

@@ -104,7 +104,7 @@ class VramInstallation:
     model: nn.Module
     targets: SectionTargets
     disk_modules: tuple[str, ...]
-    _saved: list[tuple[nn.Module, dict, dict, dict]]
+    _saved: list[tuple[nn.Module, dict, dict, dict, dict]]
     _had_marker: bool
 
     @property
@@ -123,9 +123,9 @@ class VramInstallation:
 
     def remove(self) -> None:
         """Put back every module, parameter and buffer object exactly as before the install."""
-        for module, modules, params, buffers in self._saved:
+        for module, modules, params, buffers, hooks in self._saved:
             for live, saved in ((module._modules, modules), (module._parameters, params),
-                                (module._buffers, buffers)):  # fmt: skip
+                                (module._buffers, buffers), (module._forward_pre_hooks, hooks)):  # fmt: skip
                 live.clear()
                 live.update(saved)
         if not self._had_marker:
@@ -150,7 +150,9 @@ def install_undoable(
     restores the model, and `remove()` of the result does the same later."""
     targets = section_targets(model, section, skip)
     check_disk_tensors(section, targets)
-    saved = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in model.modules()]
+    # forward pre-hooks: the install turns off fused fast paths over wrappers with one
+    saved = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers), dict(m._forward_pre_hooks))
+             for m in model.modules()]  # fmt: skip
     result = VramInstallation(
         model, targets, (), saved, "vram_management_enabled" in model.__dict__
     )

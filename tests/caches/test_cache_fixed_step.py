@@ -213,3 +213,19 @@ def test_output_shape_change_replays_the_new_output_instead_of_extrapolating() -
         out = cache.run(2, lambda: torch.zeros(3))
     torch.testing.assert_close(out, torch.full((3,), 2.0))
     assert cache.events[-1].reason == "replayed"
+
+
+def test_replay_returns_the_dense_output_object() -> None:
+    """docs: `delta_scale=0` replays the last dense output as the same object; it returned a
+    detached alias (another tensor object) of it."""
+    cache = FixedStepCache(skip_steps={1}, dense_first=1, dense_last=0)
+    dense = torch.ones(3)
+    with torch.no_grad():
+        assert cache.run(0, lambda: dense) is dense
+        assert cache.run(1, lambda: torch.zeros(3)) is dense
+    with torch.enable_grad():  # under autograd the stored copy is detached, the graph returned
+        w = torch.ones(3, requires_grad=True)
+        graphed = FixedStepCache(dense_first=1, dense_last=0)
+        out = graphed.run(0, lambda: w * 2)
+        assert out.requires_grad and graphed._outputs[-1][1] is not out
+        assert not graphed._outputs[-1][1].requires_grad

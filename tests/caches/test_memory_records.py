@@ -248,3 +248,42 @@ def test_failed_replace_keeps_the_eviction_count() -> None:
     with pytest.raises(ConfigError, match="lacks 'content'"):
         store.replace([{"content": "a"}, {"content": "b"}, {"nocontent": 1}])
     assert store.append("next")["timestamp"] == 3
+
+
+def test_metadata_filters_compare_array_values_whole() -> None:
+    """Tensor metadata (a camera pose) made every metadata filter on that key raise torch's
+    "Boolean value of Tensor with more than one value is ambiguous"."""
+    import numpy as np
+    import torch
+
+    store = MemoryStore()
+    a = store.append(
+        "left", metadata={"pose": torch.tensor([1.0, 2.0, 3.0]), "step": torch.tensor(4)}
+    )
+    b = store.append("right", metadata={"pose": torch.tensor([1.0, 2.0, 4.0]), "step": 5})
+    c = store.append("latent", metadata={"pose": np.zeros(3)})
+    assert store.query(metadata={"pose": torch.tensor([1.0, 2.0, 3.0])}) == [a]
+    assert store.query(metadata={"pose": torch.tensor([1.0, 2.0])}) == []  # no broadcasting
+    assert store.query(metadata={"pose": np.zeros(3)}) == [c]
+    assert store.latest(metadata={"pose": torch.tensor([1.0, 2.0, 4.0])}) is b
+    assert store.query(metadata={"step": 4}) == [a]  # a one-element tensor equals its number
+    assert store.query(metadata={"pose": 1.0}) == []
+
+
+def test_records_added_through_the_live_list_are_read_leniently() -> None:
+    """`records` is the live list, so code may append plain dicts to it; latest(prefer_type=)
+    raised KeyError on one without 'kind', and a text query on one without 'content'."""
+    store = MemoryStore()
+    kept = store.append("door opened", kind="text")
+    store.records.append({"timestamp": 5, "metadata": {}})
+    assert store.latest(prefer_type="text") is kept
+    assert store.query(text="door") == [kept]
+
+
+def test_text_queries_match_words_next_to_punctuation() -> None:
+    """Words were split on spaces only, so "opened." never matched the query "opened"."""
+    store = MemoryStore()
+    caption = store.append("The door opened, slowly.", kind="text")
+    store.append("a window", kind="text")
+    assert store.query(text="opened") == [caption]
+    assert store.query(text="Door slowly!") == [caption]

@@ -278,3 +278,14 @@ def test_host_buffers_stay_on_the_host_under_a_default_device() -> None:
         assert CpuBackend().alloc_host(8).device.type == "cpu"
         got = select_token_indices(hidden, 0.5, "random", random_seed=3)
     assert got.device.type == "cpu" and torch.equal(got, expected)
+
+
+def test_complex_tokens_rank_by_their_magnitude() -> None:
+    """The score of a complex token dropped its imaginary part (torch's `.float()`)."""
+    real = torch.ones(1, 4, 2)
+    imag = torch.tensor([0.0, 3.0, 0.0, 2.0]).view(1, 4, 1).expand(1, 4, 2)
+    hidden = torch.complex(real, imag)
+    assert select_token_indices(hidden, 0.5).tolist() == [1, 3]
+    velocity = torch.complex(torch.zeros(1, 4, 2), imag)
+    kept = select_token_indices(real, 0.5, method="velocity", previous_velocity=velocity)
+    assert kept.tolist() == [1, 3]

@@ -44,3 +44,31 @@ def test_cache_section_composes_with_streaming() -> None:
     assert h.cache.report().hits == cached.report().hits >= 1
     h.remove()
     assert_same(model, before)
+
+
+def test_adaptive_cache_on_a_trap_finds_its_named_signal() -> None:
+    """A trap's forward is (*args, **kwargs): the cache looked the named signal up in the
+    trap's signature and found nothing for a positional call (CacheUsageError). Traps and
+    call guards now show the module's own signature to `inspect.signature`."""
+    import inspect
+
+    data = {"module": "blocks.1", "policy": "adaptive-residual", "threshold": 0.5,
+            "signal": "x", "residual_input": "x", "total_steps": 4}  # fmt: skip
+    section = parse_cache_section(data)
+    model = tiny_lm()
+    plain_signature = inspect.signature(model.blocks[1].forward)
+    profile = build_profile(model, block_names(model), num_blocks=2, prefetch=2)
+    h = deploy(model, replace(profile, extensions={"caches": cache_section_to_data(section)}))
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for step in range(4):
+            with h.cache.step(step, 4):
+                model(ids)  # TinyLM calls block(x) positionally
+    assert h.cache.report().calls == 4
+    h.cache.remove()
+    h.cache = None
+    assert inspect.signature(model.blocks[1].forward) == plain_signature  # the trap's
+    assert inspect.signature(model.blocks[1].down.forward) == inspect.signature(
+        tiny_lm().blocks[1].down.forward
+    )  # a call guard's
+    h.remove()

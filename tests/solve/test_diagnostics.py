@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from flextensor_compile.explain import explain_profile, explanation_json
@@ -15,6 +15,7 @@ from flextensor_compile.planning import plan_profile
 from flextensor_compile.solve import problem_from_stats, staging_bound_ms
 from flextensor_compile.stats import Stats, TrapStat, load_stats
 from flextensor_compile.sweep import (
+    SAME_MAKESPAN,
     SweepPoint,
     parse_fractions,
     plot_sweep,
@@ -285,6 +286,7 @@ def test_one_period_keeps_a_copy_whole_and_inside_the_period(start, width, perio
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 10**6), st.none() | st.floats(0.1, 1e4)), min_size=1,
                 max_size=12), st.floats(0, 1))  # fmt: skip
+@example([(1, 0.10000000000000002), (1, 0.1)], 0.0)  # equal up to float rounding: either
 def test_smallest_near_fastest_is_the_smallest_budget_that_qualifies(raw, within) -> None:
     points = tuple(SweepPoint(b / 1e6, b, b / 1e6, ms, 0.0, 0, 0, "x" if ms else None)
                    for b, ms in raw)  # fmt: skip
@@ -293,6 +295,7 @@ def test_smallest_near_fastest_is_the_smallest_budget_that_qualifies(raw, within
     if not planned:
         assert got is None
         return
-    limit = min(p.makespan_ms for p in planned) * (1 + within)
+    # makespans within SAME_MAKESPAN (relative) of each other are the same plan's float sums
+    limit = min(p.makespan_ms for p in planned) * (1 + within + SAME_MAKESPAN)
     assert got is not None and got.makespan_ms <= limit
     assert all(p.budget_bytes >= got.budget_bytes for p in planned if p.makespan_ms <= limit)

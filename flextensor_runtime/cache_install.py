@@ -81,12 +81,31 @@ def _with_primary(template: Any, tensor: torch.Tensor) -> Any:
     return container(**{**template, key: tensor})
 
 
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _named_signature(forward: Callable[..., Any]) -> inspect.Signature:
+    """`inspect.signature(forward)`; where it names no argument (`forward(*args, **kwargs)`) and
+    belongs to a module that passes its calls to a wrapped `.module` (a VRAM wrapper such as
+    `AutoWrappedModule`, or `DataParallel`), the wrapped module's forward's, so a named signal
+    passed positionally is found."""
+    signature = inspect.signature(forward)
+    for _ in range(8):  # wrappers of wrappers, a few deep
+        inner = getattr(getattr(forward, "__self__", None), "module", None)
+        named = any(p.kind not in _VARIADIC for p in signature.parameters.values())
+        if named or not isinstance(inner, nn.Module):
+            break
+        forward = inner.forward
+        signature = inspect.signature(forward)
+    return signature
+
+
 class _Arguments:
     """Find a forward argument by name or position, however the caller passed it."""
 
     def __init__(self, forward: Callable[..., Any]) -> None:
         try:
-            self.signature: inspect.Signature | None = inspect.signature(forward)
+            self.signature: inspect.Signature | None = _named_signature(forward)
         except (TypeError, ValueError):
             self.signature = None
 
@@ -103,8 +122,7 @@ class _Arguments:
         bound: dict[str, Any] = {}
         named: list[str] = []
         if self.signature is not None:
-            variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-            named = [n for n, p in self.signature.parameters.items() if p.kind not in variadic]
+            named = [n for n, p in self.signature.parameters.items() if p.kind not in _VARIADIC]
             try:
                 bound = dict(self.signature.bind_partial(*args, **kwargs).arguments)
             except TypeError:

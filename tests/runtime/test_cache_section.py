@@ -72,3 +72,24 @@ def test_adaptive_cache_on_a_trap_finds_its_named_signal() -> None:
         tiny_lm().blocks[1].down.forward
     )  # a call guard's
     h.remove()
+
+
+def test_adaptive_cache_on_a_vram_wrapper_finds_its_named_signal() -> None:
+    """A VRAM wrapper's forward is (*args, **kwargs): the named signal of a positional call is
+    looked up in the wrapped module's signature (it was not found: CacheUsageError)."""
+    from flextensor_runtime import AutoWrappedModule, enable_vram_management
+    from tests.runtime.models import MlpBlock
+
+    data = {"module": "blocks.1", "policy": "adaptive-residual", "threshold": 0.5,
+            "signal": "x", "residual_input": "x", "total_steps": 4}  # fmt: skip
+    model = tiny_lm()
+    enable_vram_management(model, {MlpBlock: AutoWrappedModule}, {"computation_device": "cpu"})
+    assert isinstance(model.blocks[1], AutoWrappedModule)
+    cached = install_cache(model, parse_cache_section(data))
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for step in range(4):
+            with cached.step(step, 4):
+                model(ids)  # TinyLM calls block(x) positionally
+    assert cached.report().calls == 4
+    cached.remove()

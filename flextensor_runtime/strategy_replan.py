@@ -39,6 +39,12 @@ class ReplanRequest:
     def done(self) -> bool:
         return self.profile is not None
 
+    def __repr__(self) -> str:  # the model and the profile would print whole
+        model = type(self.model).__name__
+        return (
+            f"ReplanRequest(model={model}, iters={self.iters}, save={self.save}, done={self.done})"
+        )
+
 
 def _window_ms(compute_ms: Sequence[float], start: int, end: int, n: int) -> float:
     return sum(compute_ms[j % n] for j in range(start, end))

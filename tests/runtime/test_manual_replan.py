@@ -65,6 +65,8 @@ def test_replan_rebuilds_the_schedule_once(tmp_path) -> None:
     request = replan(model, iters=2, save=tmp_path / "replanned.msgpack")
     with pytest.raises(ConfigError, match="already measuring"):
         replan(model, iters=1)
+    assert repr(request) == (f"ReplanRequest(model=TinyLM, iters=2, save={tmp_path}/replanned"
+                             ".msgpack, done=False)")  # not the whole model and profile  # fmt: skip
     with torch.no_grad():
         assert torch.equal(model(ids), plain)
         assert not request.done

@@ -88,7 +88,7 @@ ASSIGNMENT_HELP = (
 
 def _render(doc: dict[str, Any], notes_to: Any) -> None:
     from flextensor_compile.cli.render import safe
-    from flextensor_compile.units import count_of, format_bytes
+    from flextensor_compile.units import count_of, format_bytes, printable
 
     c, p = doc["profiling_cost"], doc["predicted"]
     dev = doc["device"]
@@ -101,9 +101,9 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
         soft_wrap=True,
     )
     print(
-        f"wrote {doc['output']}: {count_of(doc['traps'], 'trap')} + "
+        f"wrote {printable(doc['output'])}: {count_of(doc['traps'], 'trap')} + "
         f"{count_of(doc['gap_traps'], 'gap trap')} for "
-        f"{dev['name']} ({format_bytes(dev['memory_bytes'])}); resident "
+        f"{printable(dev['name'])} ({format_bytes(dev['memory_bytes'])}); resident "
         f"{format_bytes(p['resident_bytes'])}, streamed {format_bytes(p['streamed_bytes'])}, "
         f"peak {format_bytes(p['peak_bytes'])}; predicted {p['makespan_ms']:.3f} ms per iteration "
         f"({p['stall_ms']:.3f} ms stall)"
@@ -221,7 +221,9 @@ def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, 
     elif not quiet:
         _render(summary, console)
     else:
-        print(f"wrote {output}")
+        from flextensor_compile.units import printable
+
+        print(f"wrote {printable(output)}")
 
 
 def register(app: typer.Typer) -> None:

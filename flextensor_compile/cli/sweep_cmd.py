@@ -88,7 +88,7 @@ def sweep(
     from flextensor_compile.cli.paths import write_image
     from flextensor_compile.cli.render import print_json
     from flextensor_compile.cli.streams import check_json_outputs, text_off_stdout
-    from flextensor_compile.sweep import plot_sweep, weight_bytes
+    from flextensor_compile.sweep import largest_fraction, plot_sweep, weight_bytes
     from flextensor_compile.sweep import sweep as run_sweep
 
     budgets = _checked_fractions(fractions, plot, source)
@@ -105,7 +105,8 @@ def sweep(
         if as_json:
             print_json([asdict(p) for p in points])
             return
-        lines = [*_pick_lines(points, weight_bytes(stats)), *_notes(config, plot, planned)]
+        picks = _pick_lines(points, weight_bytes(stats), largest_fraction(stats))
+        lines = [*picks, *_notes(config, plot, planned)]
         _print_points(points, lines)
 
 
@@ -133,7 +134,9 @@ def _print_points(points: tuple[SweepPoint, ...], lines: list[str]) -> None:
         console.print(safe(line))
 
 
-def _pick_lines(points: tuple[SweepPoint, ...], weights: int) -> list[str]:
+def _pick_lines(
+    points: tuple[SweepPoint, ...], weights: int, most: float | None = None
+) -> list[str]:
     """Where to look when picking a budget: the smallest budget within 5% and 20% of the
     fastest plan swept; with no plan at all, the smallest budget one fits."""
     from flextensor_compile.sweep import smallest_near_fastest
@@ -141,7 +144,7 @@ def _pick_lines(points: tuple[SweepPoint, ...], weights: int) -> list[str]:
 
     fastest = smallest_near_fastest(points, 0.0)
     if fastest is None or fastest.makespan_ms is None:
-        return [_no_plan_line(points, weights)]
+        return [_no_plan_line(points, weights, most)]
     lines = [f"fastest: {format_ms(fastest.makespan_ms)} ms, first at frac "
              f"{format_fraction(fastest.fraction)} ({format_bytes(fastest.budget_bytes)})"]  # fmt: skip
     shown = [fastest]
@@ -170,8 +173,9 @@ def _slower_lines(points: tuple[SweepPoint, ...]) -> list[str]:
     return lines
 
 
-def _no_plan_line(points: tuple[SweepPoint, ...], weights: int) -> str:
-    """Why no budget swept has a plan, and which fractions to sweep instead."""
+def _no_plan_line(points: tuple[SweepPoint, ...], weights: int, most: float | None) -> str:
+    """Why no budget swept has a plan, and which fractions to sweep instead (up to `most`, the
+    largest fraction the device holds, when it holds less than every weight)."""
     from flextensor_compile.sweep import NO_FIT
     from flextensor_compile.units import format_bytes
 
@@ -181,9 +185,15 @@ def _no_plan_line(points: tuple[SweepPoint, ...], weights: int) -> str:
         why = over[0].error if over else "no plan fits any budget swept"
         return f"no budget swept has a plan: {why}"
     start = math.ceil(least / max(weights, 1) * 1000) / 1000  # budgets: fractions of the weights
-    span = f"{start:.3f}:1.0:0.05" if start < 0.95 else f"{start:.3f}"
-    return (f"no budget swept has a plan: the smallest feasible budget is {format_bytes(least)} "
-            f"(frac {start:.3f} of the weights); sweep from there, e.g. --fractions {span}")  # fmt: skip
+    found = (f"no budget swept has a plan: the smallest feasible budget is {format_bytes(least)} "
+             f"(frac {start:.3f} of the weights)")  # fmt: skip
+    stop = 1.0 if most is None else min(most, 1.0)
+    if start > stop:
+        return (f"{found}, more than the device holds (frac {stop:.3f}); plan for a larger "
+                "device (`ftc profile --target` or `--device-memory`)")  # fmt: skip
+    upto = "1.0" if stop >= 1.0 else f"{stop:.3f}"
+    span = f"{start:.3f}:{upto}:0.05" if start < stop - 0.05 else f"{start:.3f}"
+    return f"{found}; sweep from there, e.g. --fractions {span}"
 
 
 def register(app: typer.Typer) -> None:

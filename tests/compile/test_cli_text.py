@@ -3,14 +3,17 @@ the numbers it reports: control characters shown as escapes, suggestions that ho
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from flextensor_compile.cli.app import app
 from flextensor_compile.cli.errors import run_guarded
+from flextensor_compile.sweep import OVER_MEMORY
 from flextensor_runtime.profile import load
 
+STATS = Path(__file__).parents[2] / "profiles" / "tiny_transformer.stats.json"
 TWO_LINEARS = (
     "import torch\n"
     "def build_model():\n"
@@ -42,3 +45,49 @@ def test_profile_shows_control_characters_in_its_output_path_as_escapes(
     wrote = [line for line in stdout.splitlines() if line.startswith("wrote ")]
     assert len(wrote) == 1 and "a\\x1b[31mred\\nx.msgpack" in wrote[0], stdout
     load(out)
+
+
+def _small_device_stats(tmp_path: Path, memory_bytes: int) -> Path:
+    """The bundled stats on a real (not emulated) device with less memory than the weights."""
+    doc = json.loads(STATS.read_text())
+    doc["device"].update(kind="cuda", name="small-gpu", memory_bytes=memory_bytes)
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _sweep_json(capsys, source: Path, fractions: str) -> list[dict]:
+    code, out, err = _run(capsys, ["sweep", str(source), "--fractions", fractions, "--json"])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_sweep_over_device_memory_names_a_fraction_the_device_holds(tmp_path, capsys) -> None:
+    """3 MiB of 4.84 MiB of weights is frac 0.6199: the error said 'up to 0.620', and a sweep
+    at 0.620 was over device memory again."""
+    stats = _small_device_stats(tmp_path, 3 * 2**20)
+    (point,) = _sweep_json(capsys, stats, "1.0")
+    assert point["status"] == OVER_MEMORY
+    most = point["error"].split("sweep fractions up to ")[1]
+    assert most == "0.619", point["error"]
+    (again,) = _sweep_json(capsys, stats, most)
+    assert again["status"] == "planned", again
+
+
+def test_sweep_with_no_plan_suggests_fractions_the_device_holds(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """The suggested range ran to 1.0 on a device holding less than every weight."""
+    monkeypatch.setenv("COLUMNS", "400")  # the line unwrapped
+    stats = _small_device_stats(tmp_path, 3 * 2**20)
+    code, out, err = _run(capsys, ["sweep", str(stats), "--fractions", "0.1,0.2"])
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("no budget swept"))
+    suggested = line.split("--fractions ")[1].strip()
+    assert suggested.endswith(":0.619:0.05"), line
+    points = _sweep_json(capsys, stats, suggested)
+    assert all(p["status"] == "planned" for p in points), points
+    tiny = _small_device_stats(tmp_path, 1_500_000)  # less than the smallest feasible budget
+    code, out, err = _run(capsys, ["sweep", str(tiny), "--fractions", "0.1"])
+    assert code == 0, err
+    assert "more than the device holds (frac 0.295); plan for a larger device" in out, out

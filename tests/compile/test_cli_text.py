@@ -4,6 +4,7 @@ the numbers it reports: control characters shown as escapes, suggestions that ho
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,23 @@ def test_sweep_with_no_plan_suggests_fractions_the_device_holds(
     code, out, err = _run(capsys, ["sweep", str(tiny), "--fractions", "0.1"])
     assert code == 0, err
     assert "more than the device holds (frac 0.295); plan for a larger device" in out, out
+
+
+def test_a_timeline_of_an_iteration_that_takes_no_time_draws_without_a_warning(
+    tmp_path, capsys
+) -> None:
+    """Traps timed at 0 ms and nothing streamed: the plot's range 0..0 made matplotlib print a
+    UserWarning ('Attempting to set identical low and high xlims') among ftc's own lines."""
+    doc = json.loads(STATS.read_text())
+    doc["traps"] = [dict(t, compute_ms=0.0) for t in doc["traps"] if t["kind"] == "gap"]
+    stats = tmp_path / "gaps.json"
+    stats.write_text(json.dumps(doc))
+    profile = tmp_path / "p.msgpack"
+    code, _, err = _run(capsys, ["plan", str(stats), "-o", str(profile)])
+    assert code == 0, err
+    png = tmp_path / "t.png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning is an internal error: exit code 1
+        code, _, err = _run(capsys, ["inspect", str(profile), "--timeline", str(png)])
+    assert code == 0, err
+    assert png.read_bytes()[:4] == b"\x89PNG"

@@ -77,8 +77,9 @@ def _summary(doc: dict[str, Any]) -> Table:
     share = f"{budget / memory:.0%} of device" if budget and memory > 0 else "device memory unknown"
     budget_text = "none (latency mode)" if budget is None else f"{format_bytes(budget)} ({share})"
     reserve = doc["config"].get("activation_reserve_bytes", 0)
-    if budget is not None and reserve:
-        budget_text += f", {format_bytes(reserve)} of it kept for activations"
+    if reserve:  # in latency mode too: the peak counts it
+        of_it = "" if budget is None else " of it"
+        budget_text += f", {format_bytes(reserve)}{of_it} kept for activations"
     transfers = count_of(tot["transfer_count"], "transfer")
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")

@@ -112,3 +112,16 @@ def test_a_timeline_of_an_iteration_that_takes_no_time_draws_without_a_warning(
         code, _, err = _run(capsys, ["inspect", str(profile), "--timeline", str(png)])
     assert code == 0, err
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_inspect_shows_a_latency_mode_activation_reserve(tmp_path, capsys) -> None:
+    """The reserve counts in a latency-mode plan's peak, but `ftc inspect` named it only with a
+    budget, so the peak was 1 MiB more than resident + blocks with nothing saying why."""
+    profile = tmp_path / "p.msgpack"
+    argv = ["plan", str(STATS), "--activation-reserve", "1MiB", "-o", str(profile)]
+    code, _, err = _run(capsys, argv)
+    assert code == 0, err
+    code, out, err = _run(capsys, ["inspect", str(profile)])
+    assert code == 0, err
+    budget = next(line for line in out.splitlines() if line.startswith("budget"))
+    assert "none (latency mode), 1 MiB kept for activations" in budget, out

@@ -43,8 +43,9 @@ def plan(
         False, "--json", metavar=FLAG, help="Print the profile's inspect document."
     ),
 ) -> None:
-    """Solve a stats file (or a profile's measurements) into an offload profile (memory mode with
-    a budget, else latency)."""
+    """Solve a stats file (or a profile's measurements) into an offload profile.
+
+    Memory mode with --budget or --mem-fraction, else latency mode."""
     from flextensor_compile.cli.inputs import read_measurements
     from flextensor_compile.cli.streams import check_json_outputs
     from flextensor_compile.config import plan_command

@@ -125,3 +125,15 @@ def test_inspect_shows_a_latency_mode_activation_reserve(tmp_path, capsys) -> No
     assert code == 0, err
     budget = next(line for line in out.splitlines() if line.startswith("budget"))
     assert "none (latency mode), 1 MiB kept for activations" in budget, out
+
+
+def test_each_commands_summary_in_ftc_help_is_one_line(capsys) -> None:
+    """`ftc --help` lists each command by its docstring's first paragraph, line breaks kept:
+    `plan`'s ran over two source lines and showed a hard break mid-sentence."""
+    import typer.main
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    assert set(commands) == {"inspect", "plan", "profile", "sweep"}
+    for name, command in commands.items():
+        summary = (command.help or "").strip().split("\n\n")[0]
+        assert "\n" not in summary, (name, summary)

@@ -119,7 +119,7 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
 
 def profile(
     model: str = typer.Argument(..., help="A model file (model.py) or package.module:build_model."),
-    inputs: str = typer.Option(None, "--inputs", help="package.module:example_inputs (for module references)."),
+    inputs: str = typer.Option(None, "--inputs", help="Example inputs from package.module:fn or inputs.py:fn (replaces example_inputs)."),
     mem_fraction: float = typer.Option(None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."),
     budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB (memory mode)."),
     activation_reserve: str = typer.Option(None, "--activation-reserve", help=RESERVE_HELP),

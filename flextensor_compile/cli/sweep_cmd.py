@@ -105,7 +105,8 @@ def sweep(
         if as_json:
             print_json([asdict(p) for p in points])
             return
-        picks = _pick_lines(points, weight_bytes(stats), largest_fraction(stats))
+        picks = _pick_lines(points, weight_bytes(stats), largest_fraction(stats),
+                            _plan_options(config))  # fmt: skip
         lines = [*picks, *_notes(config, plot, planned)]
         _print_points(points, lines)
 
@@ -134,11 +135,24 @@ def _print_points(points: tuple[SweepPoint, ...], lines: list[str]) -> None:
         console.print(safe(line))
 
 
+def _plan_options(config: PlanConfig) -> str:
+    """The `ftc plan` options besides the budget that solve as this sweep does (those that
+    differ from its defaults: a strategy, blocks, an assignment, a profile's reserve)."""
+    from dataclasses import replace
+
+    from flextensor_compile.config import plan_command
+
+    text = plan_command(replace(config, budget_bytes=None, mem_fraction=None, seed=0))
+    kept = [part for part in text.split(" --")[1:] if part != "strategy adaptive"]
+    return "".join(f" --{part}" for part in kept)
+
+
 def _pick_lines(
-    points: tuple[SweepPoint, ...], weights: int, most: float | None = None
+    points: tuple[SweepPoint, ...], weights: int, most: float | None = None, options: str = ""
 ) -> list[str]:
     """Where to look when picking a budget: the smallest budget within 5% and 20% of the
-    fastest plan swept; with no plan at all, the smallest budget one fits."""
+    fastest plan swept; with no plan at all, the smallest budget one fits. `options`: the
+    `ftc plan` options besides `--budget` that get the sweep's plans."""
     from flextensor_compile.sweep import smallest_near_fastest
     from flextensor_compile.units import format_bytes, format_fraction, format_ms
 
@@ -154,12 +168,12 @@ def _pick_lines(
             shown.append(near)
             lines.append(f"within {within:.0%} of it from frac {format_fraction(near.fraction)} "
                          f"({format_bytes(near.budget_bytes)}): {format_ms(near.makespan_ms)} ms")  # fmt: skip
-    return [*lines, *_slower_lines(points)]
+    return [*lines, *_slower_lines(points, options)]
 
 
-def _slower_lines(points: tuple[SweepPoint, ...]) -> list[str]:
+def _slower_lines(points: tuple[SweepPoint, ...], options: str) -> list[str]:
     """Budgets whose plan is slower than one a smaller budget got (it fits there too): which,
-    and the budget to pass for the faster plan."""
+    and the budget (with the sweep's other `ftc plan` `options`) to pass for the faster plan."""
     from flextensor_compile.sweep import slower_than_smaller
     from flextensor_compile.units import format_fraction, format_ms
 
@@ -169,7 +183,7 @@ def _slower_lines(points: tuple[SweepPoint, ...]) -> list[str]:
         lines.append(f"frac {format_fraction(p.fraction)} plans {format_ms(p.makespan_ms)} ms, "
                      f"slower than frac {format_fraction(faster.fraction)}'s "
                      f"{format_ms(faster.makespan_ms)} ms, whose plan fits it too: "
-                     f"--budget {faster.budget_bytes} gets that plan")  # fmt: skip
+                     f"--budget {faster.budget_bytes}{options} gets that plan")  # fmt: skip
     return lines
 
 

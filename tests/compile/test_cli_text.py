@@ -137,3 +137,30 @@ def test_each_commands_summary_in_ftc_help_is_one_line(capsys) -> None:
     for name, command in commands.items():
         summary = (command.help or "").strip().split("\n\n")[0]
         assert "\n" not in summary, (name, summary)
+
+
+def test_a_slower_budget_line_names_the_options_the_sweep_solved_with() -> None:
+    """`ftc sweep --strategy nth-layer` said '--budget N gets that plan', but `ftc plan --budget
+    N` solves with adaptive and gets another plan (on the 8B leaf stats: 263.669 ms, not the
+    281.487 ms named); the line now carries the sweep's strategy, blocks, assignment and
+    (from a profile) activation reserve."""
+    from dataclasses import replace
+
+    from flextensor_compile.cli.sweep_cmd import _pick_lines, _plan_options
+    from flextensor_compile.sweep import SweepPoint
+    from flextensor_runtime.profile import PlanConfig
+
+    def point(frac: float, ms: float) -> SweepPoint:
+        return SweepPoint(frac, int(frac * 1000), frac, ms, 0.0, 0, 0, "x")
+
+    assert _plan_options(PlanConfig()) == ""
+    assert _plan_options(replace(PlanConfig(), strategy="adaptive-knapsack", seed=3)) == (
+        " --strategy adaptive-knapsack"
+    )
+    config = replace(PlanConfig(), strategy="nth-layer", min_blocks=2,
+                     activation_reserve_bytes=4096, budget_bytes=10, mem_fraction=0.5)  # fmt: skip
+    options = _plan_options(config)
+    assert options == " --strategy nth-layer --min-blocks 2 --activation-reserve 4096"
+    lines = _pick_lines((point(0.6, 100.0), point(0.8, 103.0)), 1000, None, options)
+    assert ("frac 0.80 plans 103.000 ms, slower than frac 0.60's 100.000 ms, whose plan fits it "
+            f"too: --budget 600{options} gets that plan") in lines  # fmt: skip

@@ -85,7 +85,7 @@ def _report(profile: Profile, out: Path, as_json: bool) -> None:
 def _print_summary(profile: Profile, out: Path) -> None:
     """One line: what was written and what it predicts."""
     from flextensor_compile.cli.render import out_console, safe
-    from flextensor_compile.units import count_of, format_bytes
+    from flextensor_compile.units import count_of, format_bytes, format_ms
 
     p = profile.predicted
     limit = profile.config.budget_bytes
@@ -94,7 +94,8 @@ def _print_summary(profile: Profile, out: Path) -> None:
         f"{format_bytes(p.streamed_bytes)} in {count_of(len(profile.schedule), 'copy')}, "
         f"{count_of(len(profile.blocks), 'block')}; peak {format_bytes(p.peak_bytes)}"
         + ("" if limit is None else f" of {format_bytes(limit)}")
-        + f"; makespan {p.makespan_ms:.3f} ms (compute {p.compute_ms:.3f}, stall {p.stall_ms:.3f})"
+        + f"; makespan {format_ms(p.makespan_ms)} ms (compute {format_ms(p.compute_ms)}, stall "
+        f"{format_ms(p.stall_ms)})"
     )
 
 

@@ -88,7 +88,7 @@ ASSIGNMENT_HELP = (
 
 def _render(doc: dict[str, Any], notes_to: Any) -> None:
     from flextensor_compile.cli.render import safe
-    from flextensor_compile.units import count_of, format_bytes, printable
+    from flextensor_compile.units import count_of, format_bytes, format_ms, printable
 
     c, p = doc["profiling_cost"], doc["predicted"]
     dev = doc["device"]
@@ -105,8 +105,8 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
         f"{count_of(doc['gap_traps'], 'gap trap')} for "
         f"{printable(dev['name'])} ({format_bytes(dev['memory_bytes'])}); resident "
         f"{format_bytes(p['resident_bytes'])}, streamed {format_bytes(p['streamed_bytes'])}, "
-        f"peak {format_bytes(p['peak_bytes'])}; predicted {p['makespan_ms']:.3f} ms per iteration "
-        f"({p['stall_ms']:.3f} ms stall)"
+        f"peak {format_bytes(p['peak_bytes'])}; predicted {format_ms(p['makespan_ms'])} ms per "
+        f"iteration ({format_ms(p['stall_ms'])} ms stall)"
     )
     sections = doc["sections"]
     if "caches" in sections:

@@ -4,6 +4,7 @@ the numbers it reports: control characters shown as escapes, suggestions that ho
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -164,3 +165,20 @@ def test_a_slower_budget_line_names_the_options_the_sweep_solved_with() -> None:
     lines = _pick_lines((point(0.6, 100.0), point(0.8, 103.0)), 1000, None, options)
     assert ("frac 0.80 plans 103.000 ms, slower than frac 0.60's 100.000 ms, whose plan fits it "
             f"too: --budget 600{options} gets that plan") in lines  # fmt: skip
+
+
+def test_absurd_predictions_print_in_four_figures_in_every_summary(tmp_path, capsys) -> None:
+    """A link of 1e-8 bytes/s predicts 2.5e17 ms: `ftc sweep` showed 2.49e+17, but the `ftc plan`
+    line and `ftc inspect`'s summary printed 249036800000000000.000 (and an 18-digit overhead)."""
+    doc = json.loads(STATS.read_text())
+    doc["device"].update(h2d_bytes_per_s=1e-8, bandwidth_curve=[])
+    stats = tmp_path / "slow.json"
+    stats.write_text(json.dumps(doc))
+    profile = tmp_path / "p.msgpack"
+    code, planned, err = _run(capsys, ["plan", str(stats), "--mem-fraction", "0.6", "-o", str(profile)])
+    assert code == 0, err
+    code, shown, err = _run(capsys, ["inspect", str(profile)])
+    assert code == 0, err
+    predicted = next(line for line in shown.splitlines() if line.startswith("predicted"))
+    for text in (planned, predicted):
+        assert "e+17 ms" in text and not re.search(r"\d{10}", text), text

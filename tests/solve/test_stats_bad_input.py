@@ -62,6 +62,14 @@ def _tie_chain(doc: dict[str, Any]) -> None:
     a["tie"], b["tie"] = b["name"], c["name"]
 
 
+def _untrapped_tie_to_a_streamable(doc: dict[str, Any]) -> None:
+    """The untrapped LM head tied to a block's weight that may stream (not to the untrapped
+    embedding): `ftc plan` wrote no profile and said 'invalid profile ... recompile it with ftc
+    plan', while `ftc sweep` listed plans for it."""
+    head = next(t for t in doc["untrapped"] if t["name"] == "head.weight")
+    head["tie"] = "blocks.0.up.weight"
+
+
 def _zero_calls(doc: dict[str, Any]) -> None:
     doc["traps"][1]["calls"] = 0
 
@@ -119,6 +127,9 @@ CASES = [
                           "'blocks.1.attn_norm.weight', which is itself tied to "
                           "'blocks.2.attn_norm.weight'; a tie names an untied tensor: tie "
                           "'blocks.0.attn_norm.weight' to 'blocks.2.attn_norm.weight'"),
+    (_edited(_untrapped_tie_to_a_streamable), "untrapped[4].tie: untrapped 'head.weight' is "
+     "tied to 'blocks.0.up.weight' of trap 'blocks.0', which may stream; list 'head.weight' in "
+     "that trap's tensors, or give 'blocks.0.up.weight' \"offloadable\": false"),
     (_edited(_zero_calls), "traps[1].calls: expected int in [1, 2147483648], got 0"),
     (_edited(_zero_memory), "device.memory_bytes: expected int in [1, 1125899906842624], got 0"),
     (lambda tmp: tmp / "missing.json", "no such file; pass a stats file (`ftc profile --save-stats`)"),

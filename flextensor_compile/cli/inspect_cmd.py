@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
+from flextensor_compile.cli.streams import dash_is_stdout
 
 __all__ = ["register"]
 
@@ -28,7 +29,10 @@ def inspect(
         help="Say why each tensor streams or stays, and list the blocks.",
     ),
     timeline: Path = typer.Option(
-        None, "--timeline", help="Draw one iteration's compute and copy lanes to this PNG."
+        None,
+        "--timeline",
+        help="Draw one iteration's compute and copy lanes to this PNG.",
+        callback=dash_is_stdout,
     ),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""

@@ -13,6 +13,7 @@ import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, RESERVE_HELP, STRATEGY_HELP
+from flextensor_compile.cli.streams import dash_is_stdout
 
 if TYPE_CHECKING:
     from flextensor_runtime.profile import Profile
@@ -24,7 +25,13 @@ def plan(
     stats: Path = typer.Argument(
         ..., help="A stats file (JSON) written by `ftc profile`, or a profile (.msgpack)."
     ),
-    out: Path = typer.Option(..., "-o", "--output", help="Where to write the profile (.msgpack)."),
+    out: Path = typer.Option(
+        ...,
+        "-o",
+        "--output",
+        help="Where to write the profile (.msgpack).",
+        callback=dash_is_stdout,
+    ),
     mem_fraction: float = typer.Option(
         None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."
     ),

@@ -19,6 +19,7 @@ from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.progress import PhaseBars
 from flextensor_compile.cli.streams import (
     check_json_outputs,
+    dash_is_stdout,
     is_stdout,
     stdout_to_stderr,
     text_off_stdout,
@@ -136,8 +137,8 @@ def profile(
     warmup_iters: int = typer.Option(1, "--warmup-iters", help="Untimed iterations first."),
     device: str = typer.Option("auto", "--device", help="Where to time: auto, cpu or cuda."),
     granularity: str = typer.Option("auto", "--granularity", help="Traps: auto (default: module traps, and leaf traps too when the module plan stalls; the better plan kept), modules (each selected module), or leaves (the modules inside them that own the weights)."),
-    save_stats: Path = typer.Option(None, "--save-stats", help="Also write the measurements (stats.json) for `ftc plan`."),
-    output: Path = typer.Option(Path("profile.msgpack"), "-o", "--output", help="Where to write the profile."),
+    save_stats: Path = typer.Option(None, "--save-stats", help="Also write the measurements (stats.json) for `ftc plan`.", callback=dash_is_stdout),
+    output: Path = typer.Option(Path("profile.msgpack"), "-o", "--output", help="Where to write the profile.", callback=dash_is_stdout),
     seed: int = typer.Option(0, "--seed", help="Seed recorded in the plan (ties broken deterministically)."),
     quiet: bool = typer.Option(False, "--quiet", metavar=FLAG, help="No progress bars or notes."),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print a machine-readable summary."),

@@ -3,7 +3,8 @@
 Owns: `stdout_to_stderr`, which sends everything written to stdout while it is active to
 stderr: `print` (`sys.stdout`), `sys.__stdout__`, and writes to file descriptor 1 itself (a
 subprocess, a C extension, `os.write(1, ...)`), so a model file that prints cannot break the
-document; `is_stdout`, whether an output path is stdout itself (`-o /dev/stdout`), and
+document; `is_stdout`, whether an output path is stdout itself (`-o /dev/stdout`; `-o -` is
+made that path by `dash_is_stdout`), and
 `text_off_stdout`, which then sends the command's own lines to stderr so they do not end up
 inside the file, and `check_json_outputs`, which refuses such an output with `--json`. Must not know: what runs inside it.
 """
@@ -16,7 +17,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, redirect_stdout
 from pathlib import Path
 
-__all__ = ["check_json_outputs", "is_stdout", "stdout_to_stderr", "text_off_stdout"]
+__all__ = ["check_json_outputs", "dash_is_stdout", "is_stdout", "stdout_to_stderr",
+           "text_off_stdout"]  # fmt: skip
 
 
 def _flush() -> None:
@@ -43,6 +45,11 @@ def stdout_to_stderr() -> Iterator[None]:
         if saved >= 0:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def dash_is_stdout(path: Path | None) -> Path | None:
+    """An output path `-` is stdout, as for most command-line tools (not a file named `-`)."""
+    return Path("/dev/stdout") if path is not None and str(path) == "-" else path
 
 
 def is_stdout(path: Path | None) -> bool:

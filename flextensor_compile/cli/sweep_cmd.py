@@ -16,6 +16,7 @@ import typer
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
 from flextensor_compile.cli.progress import PhaseBars
+from flextensor_compile.cli.streams import dash_is_stdout
 
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
@@ -74,7 +75,9 @@ def sweep(
         "--assignment",
         help=ASSIGNMENT_HELP.rstrip(".") + " (default: the profile's, or optimized-round-robin).",
     ),
-    plot: Path = typer.Option(None, "--plot", help="Also draw the curve to this PNG."),
+    plot: Path = typer.Option(
+        None, "--plot", help="Also draw the curve to this PNG.", callback=dash_is_stdout
+    ),
     jobs: int = typer.Option(
         None,
         "--jobs",

@@ -201,3 +201,24 @@ def test_an_output_on_stdout_gets_the_file_alone(tmp_path) -> None:
     clash = _ftc_piped("plan", str(STATS), "-o", "/dev/stdout", "--json")
     assert clash.returncode == 1 and clash.stdout == b""
     assert b"is stdout, which --json writes its document to" in clash.stderr
+
+
+def test_a_dash_output_is_stdout_not_a_file_named_dash(tmp_path) -> None:
+    """`-o -` (and `--timeline -`, `--plot -`) wrote a file named '-' in the working folder;
+    like `-o /dev/stdout`, it now puts the file alone on stdout."""
+    from flextensor_runtime.profile import loads
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def piped(*args: str) -> subprocess.CompletedProcess[bytes]:
+        argv = [sys.executable, "-m", "flextensor_compile", *args]
+        return subprocess.run(argv, capture_output=True, timeout=300, cwd=tmp_path, env=env)
+
+    plan = piped("plan", str(STATS), "-o", "-")
+    assert plan.returncode == 0, plan.stderr
+    assert loads(plan.stdout).traps and b"wrote /dev/stdout" in plan.stderr
+    image = piped("inspect", str(PROFILE), "--timeline", "-")
+    assert image.returncode == 0 and image.stdout.startswith(b"\x89PNG"), image.stderr
+    curve = piped("sweep", str(STATS), "--fractions", "0.5", "--plot", "-")
+    assert curve.returncode == 0 and curve.stdout.startswith(b"\x89PNG"), curve.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -197,11 +197,35 @@ def _run(opts: dict[str, Any]) -> None:
         if stats_at is not None:
             write_stats(c.stats, stats_at)
         bars.start("solving", 1)
-        prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
+        prof = add_sections(_plan(compile_api, c.stats, config, save_stats), c.stats, built,
+                            sections)  # fmt: skip
         bars.advance("solving")
     save(prof, output_at)
     with text_off_stdout(output, save_stats):
         _finish(compile_api, c, prof, output, instrument_at, quiet, as_json, bars.console)
+
+
+def _plan(api: Any, stats: Any, config: Any, saved: Path | None) -> Any:
+    """The plan; when none fits and the measurements were saved, the error says how to re-plan
+    them without profiling again (a large model's measurement takes minutes)."""
+    from dataclasses import replace
+
+    from flextensor_compile.config import plan_command
+    from flextensor_compile.units import printable
+    from flextensor_runtime.errors import BudgetError
+
+    try:
+        return api.plan_stats(stats, config)
+    except BudgetError as exc:
+        if saved is None:
+            raise
+        plan = config.to_plan_config()  # the options given, at the least budget when known
+        if exc.least_bytes is not None:
+            plan = replace(plan, budget_bytes=exc.least_bytes, mem_fraction=None)
+        options = plan_command(plan).removeprefix("ftc plan")
+        raise BudgetError(f"{exc}; the measurements are saved: `ftc plan {printable(saved)}"
+                          f"{options} -o OUT` re-plans them without the model",
+                          least_bytes=exc.least_bytes) from None  # fmt: skip
 
 
 def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, quiet: bool,

@@ -182,3 +182,21 @@ def test_absurd_predictions_print_in_four_figures_in_every_summary(tmp_path, cap
     predicted = next(line for line in shown.splitlines() if line.startswith("predicted"))
     for text in (planned, predicted):
         assert "e+17 ms" in text and not re.search(r"\d{10}", text), text
+
+
+def test_a_budget_error_after_saving_stats_says_how_to_replan_them(tmp_path, capsys) -> None:
+    """The stats were written before solving, but the budget error did not say so: a user
+    profiled again (minutes for a large model) instead of re-planning the saved file."""
+    model = tmp_path / "model.py"
+    model.write_text(TWO_LINEARS)
+    stats, out = tmp_path / "s.json", tmp_path / "p.msgpack"
+    argv = ["profile", str(model), "--budget", "100", "--strategy", "greedy",
+            "--profiling-iters", "1", "--save-stats", str(stats), "-o", str(out)]  # fmt: skip
+    code, _, err = _run(capsys, argv)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and not out.exists(), err
+    hint = re.search(r"the measurements are saved: `ftc plan (.*) -o OUT` re-plans", err)
+    assert hint is not None, err
+    replan = hint.group(1).split()
+    assert replan[0] == str(stats) and "--strategy" in replan and "greedy" in replan, err
+    code, _, err = _run(capsys, ["plan", *replan, "-o", str(out)])
+    assert code == 0 and load(out).config.strategy == "greedy", err

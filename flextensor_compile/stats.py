@@ -373,7 +373,7 @@ def load_stats(path: str | os.PathLike[str]) -> Stats:
     """Read and validate a stats file."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(p.read_bytes().decode("utf-8-sig"))  # any locale; BOM allowed
     except FileNotFoundError:
         raise StatsFormatError(
             f"{p}: no such file; pass the file written by `ftc profile --save-stats`"

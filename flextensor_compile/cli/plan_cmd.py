@@ -53,7 +53,7 @@ def plan(
     """Solve a stats file (or a profile's measurements) into an offload profile.
 
     Memory mode with --budget or --mem-fraction, else latency mode."""
-    from flextensor_compile.cli.inputs import read_measurements
+    from flextensor_compile.cli.inputs import read_input
     from flextensor_compile.cli.streams import check_json_outputs
     from flextensor_compile.config import plan_command
     from flextensor_compile.planning import plan_profile
@@ -71,9 +71,27 @@ def plan(
     )  # fmt: skip
     # The canonical command (not argv): `ftc profile` records the same text for the same options,
     # so a profile re-planned from its stats is byte-identical.
-    profile = plan_profile(read_measurements(stats)[0], config, command=plan_command(config))
+    measured, source = read_input(stats)
+    profile = plan_profile(measured, config, command=plan_command(config))
     save(profile, out)
     _report(profile, out, as_json)
+    _note_dropped_sections(source)
+
+
+def _note_dropped_sections(source: Profile | None) -> None:
+    """A profile input's caches or vram sections are not in the new profile (`ftc plan` writes
+    the plan only): a deployment of it would run without them, so say so (on stderr)."""
+    from flextensor_compile.cli.render import err_console, safe
+    from flextensor_compile.emit import SOLVER_SECTION
+
+    dropped = sorted(k for k in (source.extensions if source else {}) if k != SOLVER_SECTION)
+    if not dropped:
+        return
+    fix = ("; `ftc profile --cache`/`--vram` writes those"
+           if {"caches", "vram"} & set(dropped) else "")  # fmt: skip
+    noun = "section is" if len(dropped) == 1 else "sections are"
+    err_console().print(f"note: the input's {safe(', '.join(dropped))} {noun} not in the new "
+                        f"profile (ftc plan writes the plan only){fix}", soft_wrap=True)  # fmt: skip
 
 
 def _report(profile: Profile, out: Path, as_json: bool) -> None:

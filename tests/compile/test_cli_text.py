@@ -200,3 +200,30 @@ def test_a_budget_error_after_saving_stats_says_how_to_replan_them(tmp_path, cap
     assert replan[0] == str(stats) and "--strategy" in replan and "greedy" in replan, err
     code, _, err = _run(capsys, ["plan", *replan, "-o", str(out)])
     assert code == 0 and load(out).config.strategy == "greedy", err
+
+
+def test_plan_from_a_profile_says_which_sections_it_does_not_carry(tmp_path, capsys) -> None:
+    """`ftc plan PROFILE` writes the plan only: a caches section the input had was dropped
+    without a word, so a deployment of the new profile ran without its cache."""
+    from dataclasses import replace
+
+    from flextensor_runtime.cache_section import (
+        cache_section_to_data,
+        parse_cache_section,
+        parse_cache_spec,
+    )
+    from flextensor_runtime.profile import save
+
+    golden = load(STATS.parent / "tiny_transformer.f60.msgpack")
+    spec = parse_cache_spec("fixed-step:module=blocks.0;skip=2-18/2")
+    cache = cache_section_to_data(parse_cache_section(spec))
+    source = save(replace(golden, extensions={**golden.extensions, "caches": cache}),
+                  tmp_path / "with_cache.msgpack")  # fmt: skip
+    out = tmp_path / "p.msgpack"
+    code, stdout, err = _run(capsys, ["plan", str(source), "--json", "-o", str(out)])
+    assert code == 0 and "caches" not in load(out).extensions, err
+    json.loads(stdout)  # the note is not in the document
+    assert "note: the input's caches section is not in the new profile (ftc plan writes the " \
+           "plan only); `ftc profile --cache`/`--vram` writes those" in " ".join(err.split())
+    code, _, err = _run(capsys, ["plan", str(STATS), "-o", str(out)])
+    assert code == 0 and "note:" not in err, err

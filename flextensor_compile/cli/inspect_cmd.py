@@ -67,12 +67,21 @@ def inspect(
         console = out_console()
         render_inspect(doc, console)
         if explain:
-            _render_explain(doc["explain"], console)
+            _render_explain(doc["explain"], console, _replan(profile, doc["meta"]["command"]))
         if timeline is not None:
             console.print(f"timeline written to {safe(timeline)}")
 
 
-def _render_explain(expl: dict, console: Any) -> None:
+def _replan(profile: Path, command: str | None) -> str:
+    """The `ftc plan` line that re-plans `profile` with the options it records (its budget:
+    without them the plan would be a latency-mode one)."""
+    recorded = (
+        command.removeprefix("ftc plan") if command and command.startswith("ftc plan ") else ""
+    )
+    return f"ftc plan {profile}{recorded} -o OUT"
+
+
+def _render_explain(expl: dict, console: Any, replan: str) -> None:
     from rich.table import Table
 
     from flextensor_compile.cli.render import safe
@@ -84,8 +93,7 @@ def _render_explain(expl: dict, console: Any) -> None:
     if bound and makespan < bound * (1 - 1e-6):  # no plan predicts less: the file was edited
         console.print(f"predicted makespan {format_ms(makespan)} ms is below the staging bound "
                       f"{format_ms(bound)} ms of the profile's own traps: its predictions do not "
-                      "match its traps (edited by hand?); re-plan it with `ftc plan PROFILE -o "
-                      "OUT`")  # fmt: skip
+                      f"match its traps (edited by hand?); re-plan it with `{safe(replan)}`")  # fmt: skip
     elif bound:
         console.print(f"predicted makespan {format_ms(makespan)} ms = {makespan / bound:.3f} x "
                       f"the staging bound {format_ms(bound)} ms (no plan within this budget "

@@ -227,3 +227,26 @@ def test_plan_from_a_profile_says_which_sections_it_does_not_carry(tmp_path, cap
            "plan only); `ftc profile --cache`/`--vram` writes those" in " ".join(err.split())
     code, _, err = _run(capsys, ["plan", str(STATS), "-o", str(out)])
     assert code == 0 and "note:" not in err, err
+
+
+def test_explain_on_an_edited_profile_suggests_a_replan_with_its_budget(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """Predictions below the staging bound said 're-plan it with `ftc plan PROFILE -o OUT`':
+    typed as shown, that plans in latency mode, not at the profile's budget."""
+    from dataclasses import replace
+
+    from flextensor_runtime.profile import save
+
+    monkeypatch.setenv("COLUMNS", "400")
+    golden = load(STATS.parent / "tiny_transformer.f40.msgpack")
+    edited = save(replace(golden, predicted=replace(golden.predicted, makespan_ms=1.0)),
+                  tmp_path / "edited.msgpack")  # fmt: skip
+    code, out, err = _run(capsys, ["inspect", str(edited), "--explain"])
+    assert code == 0, err
+    hint = re.search(r"re-plan it with `ftc plan (.*) -o OUT`", out)
+    assert hint is not None, out
+    assert hint.group(1) == f"{edited} --mem-fraction 0.4 --strategy adaptive", hint.group(1)
+    replanned = tmp_path / "p.msgpack"
+    code, _, err = _run(capsys, ["plan", *hint.group(1).split(), "-o", str(replanned)])
+    assert code == 0 and load(replanned).config.budget_bytes == golden.config.budget_bytes, err

@@ -204,10 +204,10 @@ def _no_plan_line(points: tuple[SweepPoint, ...], weights: int, most: float | No
     start = math.ceil(least / max(weights, 1) * 1000) / 1000  # budgets: fractions of the weights
     found = (f"no budget swept has a plan: the smallest feasible budget is {format_bytes(least)} "
              f"(frac {start:.3f} of the weights)")  # fmt: skip
-    stop = 1.0 if most is None else min(most, 1.0)
-    if start > stop:
-        return (f"{found}, more than the device holds (frac {stop:.3f}); plan for a larger "
+    if most is not None and start > most:  # (an emulated device holds any budget)
+        return (f"{found}, more than the device holds (frac {most:.3f}); plan for a larger "
                 "device (`ftc profile --target` or `--device-memory`)")  # fmt: skip
+    stop = 1.0 if most is None else min(most, 1.0)
     upto = "1.0" if stop >= 1.0 else f"{stop:.3f}"
     span = f"{start:.3f}:{upto}:0.05" if start < stop - 0.05 else f"{start:.3f}"
     return f"{found}; sweep from there, e.g. --fractions {span}"

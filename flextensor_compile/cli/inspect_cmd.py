@@ -39,13 +39,13 @@ def inspect(
     from flextensor_compile.cli.inputs import check_regular_file
     from flextensor_compile.cli.paths import check_distinct, check_image_file, write_image
     from flextensor_compile.cli.render import out_console, print_json, render_inspect, safe
-    from flextensor_compile.cli.streams import check_json_outputs, text_off_stdout
+    from flextensor_compile.cli.streams import check_stdout_outputs, text_off_stdout
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_runtime.errors import ProfileFormatError
     from flextensor_runtime.profile import load
 
     check_image_file(timeline, "--timeline")
-    check_json_outputs(as_json, [("--timeline", timeline)])
+    check_stdout_outputs(as_json, [("--timeline", timeline)])
     check_distinct([("--timeline", timeline)], [("the input profile", profile)])
     check_regular_file(profile, ProfileFormatError, "pass the .msgpack file `ftc profile` wrote")
     _reject_json(profile)

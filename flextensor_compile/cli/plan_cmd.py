@@ -54,14 +54,14 @@ def plan(
 
     Memory mode with --budget or --mem-fraction, else latency mode."""
     from flextensor_compile.cli.inputs import read_input
-    from flextensor_compile.cli.streams import check_json_outputs
+    from flextensor_compile.cli.streams import check_stdout_outputs
     from flextensor_compile.config import plan_command
     from flextensor_compile.planning import plan_profile
     from flextensor_compile.units import parse_size
     from flextensor_runtime.profile import PlanConfig, save
 
     _check(stats, out, mem_fraction, budget, num_blocks, min_blocks, seed)
-    check_json_outputs(as_json, [("-o", out)])
+    check_stdout_outputs(as_json, [("-o", out)])
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,

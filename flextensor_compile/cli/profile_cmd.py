@@ -18,7 +18,7 @@ import typer
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.progress import PhaseBars
 from flextensor_compile.cli.streams import (
-    check_json_outputs,
+    check_stdout_outputs,
     dash_is_stdout,
     is_stdout,
     stdout_to_stderr,
@@ -163,7 +163,8 @@ def _run(opts: dict[str, Any]) -> None:
     check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
     check_output_file(save_stats, "--save-stats", "stats.json")
     check_output_dir(instrument, "--instrument")
-    check_json_outputs(as_json, [("-o", output), ("--save-stats", save_stats)])
+    check_stdout_outputs(as_json, [("-o", output)])
+    check_stdout_outputs(as_json, [("--save-stats", save_stats)], binary=False)  # JSON text
     from flextensor_compile.compile_api import INSTRUMENT_PARTS
 
     model_path = Path(model) if Path(model).is_file() else None

@@ -90,12 +90,12 @@ def sweep(
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from flextensor_compile.cli.paths import write_image
     from flextensor_compile.cli.render import print_json
-    from flextensor_compile.cli.streams import check_json_outputs, text_off_stdout
+    from flextensor_compile.cli.streams import check_stdout_outputs, text_off_stdout
     from flextensor_compile.sweep import largest_fraction, plot_sweep, weight_bytes
     from flextensor_compile.sweep import sweep as run_sweep
 
     budgets = _checked_fractions(fractions, plot, source)
-    check_json_outputs(as_json, [("--plot", plot)])
+    check_stdout_outputs(as_json, [("--plot", plot)])
     stats, config = _load(source)
     config = _override(config, strategy, assignment)
     with PhaseBars(quiet=False) as bars:  # on stderr, and only on a terminal

@@ -222,3 +222,27 @@ def test_a_dash_output_is_stdout_not_a_file_named_dash(tmp_path) -> None:
     curve = piped("sweep", str(STATS), "--fractions", "0.5", "--plot", "-")
     assert curve.returncode == 0 and curve.stdout.startswith(b"\x89PNG"), curve.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_a_binary_output_on_a_terminal_is_refused_before_any_work(tmp_path) -> None:
+    """`ftc plan s.json -o -` typed at a terminal wrote the msgpack bytes to the screen; a
+    profile or image for a stdout that is a terminal is now one line, and nothing is written."""
+    import pty
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for args in (["plan", str(STATS), "-o", "-"],
+                 ["inspect", str(PROFILE), "--timeline", "/dev/stdout"]):  # fmt: skip
+        terminal, screen = pty.openpty()
+        try:
+            argv = [sys.executable, "-m", "flextensor_compile", *args]
+            # (before, the profile filled the unread terminal and blocked: the timeout ends it)
+            done = subprocess.run(argv, stdout=screen, stderr=subprocess.PIPE, timeout=120,
+                                  cwd=tmp_path, env=env)  # fmt: skip
+        finally:
+            os.close(screen)
+            os.close(terminal)
+        err = done.stderr.decode()
+        assert done.returncode == 1 and len(err.strip().splitlines()) == 1, err
+        assert "stdout is a terminal, and the file is binary" in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -166,8 +166,7 @@ def load_model_spec(ref: str, inputs_ref: str | None = None) -> ModelSpec:
     assert build is not None
     inputs_fn = _function(module, "example_inputs", source, required=False)
     if inputs_ref is not None:
-        inputs_module, inputs_name = _import_ref(inputs_ref, "inputs")
-        inputs_fn = _function(inputs_module, inputs_name or "example_inputs", inputs_ref, True)
+        inputs_fn = _inputs_function(inputs_ref, module, ref)
     return ModelSpec(
         source=source,
         build=build,
@@ -176,6 +175,24 @@ def load_model_spec(ref: str, inputs_ref: str | None = None) -> ModelSpec:
         include=_patterns(module, "INCLUDE", source),
         exclude=_patterns(module, "EXCLUDE", source),
     )
+
+
+def _inputs_function(inputs_ref: str, model_module: Any, model_ref: str) -> Callable[..., Any]:
+    """`--inputs`: `package.module:fn`, or a file `inputs.py:fn` (the model file itself when it
+    names that file: it is not run twice)."""
+    file_part, _, fn_part = inputs_ref.rpartition(":")
+    if file_part.endswith(".py") and fn_part:
+        model_file = model_ref.rpartition(":")[0] if ":" in model_ref else model_ref
+        same = (
+            Path(model_file).is_file() and Path(file_part).resolve() == Path(model_file).resolve()
+        )
+        module = model_module if same else _exec_file(Path(file_part))
+        name = fn_part
+    else:
+        module, name = _import_ref(inputs_ref, "inputs")
+    fn = _function(module, name or "example_inputs", inputs_ref, True)
+    assert fn is not None
+    return fn
 
 
 def build_model(spec: ModelSpec) -> Any:

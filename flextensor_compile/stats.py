@@ -262,8 +262,20 @@ def stats_from_json(doc: Any) -> Stats:
         timing_source=_timing_source(doc),
     )
     _check_names(stats)
+    _check_split_ties(stats)
     _check_total(stats)
     return stats
+
+
+def _check_split_ties(stats: Stats) -> None:
+    """No untrapped tensor is tied to a trap's tensor that may stream (discovery pins those)."""
+    owner = {t.name: (trap.name, t) for trap in stats.traps for t in trap.tensors}
+    for i, t in enumerate(stats.untrapped):
+        trap, canon = owner.get(t.tie or "", (None, None))
+        if canon is not None and canon.offloadable:
+            raise _err(f"untrapped[{i}].tie", f"untrapped {t.name!r} is tied to {canon.name!r} "
+                       f"of trap {trap!r}, which may stream; list {t.name!r} in that trap's "
+                       f"tensors, or give {canon.name!r} \"offloadable\": false")  # fmt: skip
 
 
 def _timing_source(doc: dict) -> str:
@@ -361,7 +373,7 @@ def load_stats(path: str | os.PathLike[str]) -> Stats:
     """Read and validate a stats file."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(p.read_bytes().decode("utf-8-sig"))  # any locale; BOM allowed
     except FileNotFoundError:
         raise StatsFormatError(
             f"{p}: no such file; pass the file written by `ftc profile --save-stats`"

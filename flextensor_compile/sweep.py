@@ -27,7 +27,7 @@ from flextensor_compile.workers import parallel_jobs, run_calls
 from flextensor_runtime.errors import BudgetError, ConfigError
 from flextensor_runtime.profile import TIMING_SOURCES, PlanConfig, Profile, TensorEntry
 
-__all__ = ["NO_FIT", "OVER_MEMORY", "SweepPoint", "parse_fractions", "plot_sweep",
+__all__ = ["NO_FIT", "OVER_MEMORY", "SweepPoint", "largest_fraction", "parse_fractions", "plot_sweep",
            "slower_than_smaller", "smallest_near_fastest", "stats_from_profile", "sweep",
            "weight_bytes"]  # fmt: skip
 
@@ -124,6 +124,21 @@ def weight_bytes(stats: Stats) -> int:
     return sum(t.bytes for t in every if t.tie is None)
 
 
+def largest_fraction(stats: Stats) -> float | None:
+    """The largest fraction of the weight bytes, in thousandths, whose budget (`int(fraction *
+    weights)`, as `sweep` makes it) the device holds; None when every budget is held (an
+    emulated device) or none is."""
+    weights, memory = weight_bytes(stats), stats.device.memory_bytes
+    if stats.device.kind == "emulated" or weights <= 0:
+        return None
+    k = memory * 1000 // weights
+    while int((k + 1) / 1000 * weights) <= memory:  # the float product may round either way
+        k += 1
+    while k > 0 and int(k / 1000 * weights) > memory:
+        k -= 1
+    return k / 1000 if k > 0 else None
+
+
 def sweep(stats: Stats, config: PlanConfig, fractions: tuple[float, ...],
           progress: Callable[[], None] | None = None, jobs: int | None = 1,
           ) -> tuple[SweepPoint, ...]:  # fmt: skip
@@ -153,8 +168,8 @@ def _point(stats: Stats, config: PlanConfig, fraction: float, mem_fraction: floa
     budget = config.budget_bytes
     assert budget is not None
     if over_device_memory(stats, budget):  # a model larger than its device: the top fractions
-        memory, weights = stats.device.memory_bytes, weight_bytes(stats)
-        fix = f"sweep fractions up to {memory / weights:.3f}" if weights else "record its memory"
+        memory, most = stats.device.memory_bytes, largest_fraction(stats)
+        fix = f"sweep fractions up to {most:.3f}" if most else "record its memory"
         why = (f"budget of {budget} bytes is more than {stats.device.name}'s {memory} bytes of "
                f"memory; {fix}")  # fmt: skip
         return SweepPoint(fraction, budget, mem_fraction, None, None, None, None, None, why,

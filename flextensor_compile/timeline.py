@@ -74,7 +74,8 @@ def plot_timeline(
     ax.set_xlabel("ms")
     ax.set_title(f"{_plain(profile.meta.command or 'profile')}: makespan {sim.makespan_ms:.2f} ms, "
                  f"stall {sim.stall_ms:.2f} ms, {count_of(len(profile.schedule), 'copy')}")  # fmt: skip
-    ax.set_xlim(0.0, sim.makespan_ms)
+    if sim.makespan_ms > 0:  # an iteration of no compute and no copies: matplotlib's own range
+        ax.set_xlim(0.0, sim.makespan_ms)
     fig.tight_layout()
     target = Path(path)
     fig.savefig(target, dpi=120, format=image_format)

@@ -62,7 +62,8 @@ def _traps(c: Compilation) -> int:
 
 def choose_granularity(measure: Callable[[bool], Compilation], config: PlanConfig) -> Compilation:
     """`measure(leaves)` runs discovery and measurement at one granularity. Module traps are
-    measured first; leaf traps only when the module plan stalls or fits no plan, and they are
+    measured first; leaf traps only when the module plan stalls or fits no plan (and some module
+    trap holds several modules' weights, or a selected module never ran), and they are
     kept when `prefer_leaves` says so, when only they fit, or when neither fits (planning then
     fails naming the smaller budget leaf traps need). The kept compilation's cost counts both
     measurements."""
@@ -72,7 +73,9 @@ def choose_granularity(measure: Callable[[bool], Compilation], config: PlanConfi
         note = ("granularity auto: kept module traps; their plan hides every copy, so leaf "
                 "traps were not measured")  # fmt: skip
         return replace(modules, notes=(*modules.notes, note))
-    if not splittable(modules.stats):
+    # a selected module that never ran (a ModuleList is iterated, not called) is no trap, but
+    # the modules inside it that own its weights may run: as leaf traps they can stream
+    if not splittable(modules.stats) and not modules.discovery.report.unused:
         note = ("granularity auto: kept module traps; each holds one module's weights, so leaf "
                 "traps would be the same")  # fmt: skip
         return replace(modules, notes=(*modules.notes, note))

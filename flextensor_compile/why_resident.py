@@ -47,6 +47,12 @@ def solver_window_ms(profile: Profile, order: int) -> float:
 def resident_reason(facts: PlanFacts, e: TensorEntry, order: int) -> str:
     """Why `e` (of trap `order`, -1: untrapped) stays resident."""
     why = facts.pinned.get(e.tie or e.name)
+    if e.tie is not None and _split_tie(facts, e, order):  # an alias: the reason recorded for
+        marked = why is not None and discovery_pin(why)[0]  # its canonical tensor names it
+        shared = (
+            f"it {_shared_with(facts, e, order)}, and tied tensors split over traps stay resident"
+        )
+        return f"kept resident: {'not offloadable: ' if marked else ''}{shared}"
     if why is not None:
         return f"kept resident: {_pinned(facts, e, order, why)}"
     if order < 0:

@@ -17,9 +17,10 @@ from flextensor_runtime.errors import FlextensorError, StatsFormatError
 
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
-    from flextensor_runtime.profile import PlanConfig
+    from flextensor_runtime.profile import PlanConfig, Profile
 
-__all__ = ["MAX_STATS_BYTES", "check_regular_file", "read_measurements", "read_stats"]
+__all__ = ["MAX_STATS_BYTES", "check_regular_file", "read_input", "read_measurements",
+           "read_stats"]  # fmt: skip
 
 _MSGPACK_MAPS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # a profile starts with a map
 
@@ -63,6 +64,12 @@ def read_stats(path: Path) -> Stats:
 def read_measurements(path: Path) -> tuple[Stats, PlanConfig | None]:
     """(stats, None) from a stats JSON file, or (its stats, its config) from a compiled profile
     (`stats_from_profile`): what `ftc plan` and `ftc sweep` re-solve."""
+    stats, profile = read_input(path)
+    return stats, None if profile is None else profile.config
+
+
+def read_input(path: Path) -> tuple[Stats, Profile | None]:
+    """(stats, None) from a stats JSON file, or (its stats, the profile) from a profile."""
     from flextensor_compile.sweep import stats_from_profile
     from flextensor_runtime.profile import load
 
@@ -83,4 +90,4 @@ def read_measurements(path: Path) -> tuple[Stats, PlanConfig | None]:
     if head[0] not in _MSGPACK_MAPS:  # text, JSON: read as a stats file
         return read_stats(path), None
     profile = load(path)
-    return stats_from_profile(profile), profile.config
+    return stats_from_profile(profile), profile

@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
+from flextensor_compile.cli.streams import dash_is_stdout
 
 __all__ = ["register"]
 
@@ -28,20 +29,23 @@ def inspect(
         help="Say why each tensor streams or stays, and list the blocks.",
     ),
     timeline: Path = typer.Option(
-        None, "--timeline", help="Draw one iteration's compute and copy lanes to this PNG."
+        None,
+        "--timeline",
+        help="Draw one iteration's compute and copy lanes to this PNG.",
+        callback=dash_is_stdout,
     ),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
     from flextensor_compile.cli.inputs import check_regular_file
     from flextensor_compile.cli.paths import check_distinct, check_image_file, write_image
     from flextensor_compile.cli.render import out_console, print_json, render_inspect, safe
-    from flextensor_compile.cli.streams import check_json_outputs, text_off_stdout
+    from flextensor_compile.cli.streams import check_stdout_outputs, text_off_stdout
     from flextensor_compile.inspect_doc import inspect_document
     from flextensor_runtime.errors import ProfileFormatError
     from flextensor_runtime.profile import load
 
     check_image_file(timeline, "--timeline")
-    check_json_outputs(as_json, [("--timeline", timeline)])
+    check_stdout_outputs(as_json, [("--timeline", timeline)])
     check_distinct([("--timeline", timeline)], [("the input profile", profile)])
     check_regular_file(profile, ProfileFormatError, "pass the .msgpack file `ftc profile` wrote")
     _reject_json(profile)
@@ -63,12 +67,21 @@ def inspect(
         console = out_console()
         render_inspect(doc, console)
         if explain:
-            _render_explain(doc["explain"], console)
+            _render_explain(doc["explain"], console, _replan(profile, doc["meta"]["command"]))
         if timeline is not None:
             console.print(f"timeline written to {safe(timeline)}")
 
 
-def _render_explain(expl: dict, console: Any) -> None:
+def _replan(profile: Path, command: str | None) -> str:
+    """The `ftc plan` line that re-plans `profile` with the options it records (its budget:
+    without them the plan would be a latency-mode one)."""
+    recorded = (
+        command.removeprefix("ftc plan") if command and command.startswith("ftc plan ") else ""
+    )
+    return f"ftc plan {profile}{recorded} -o OUT"
+
+
+def _render_explain(expl: dict, console: Any, replan: str) -> None:
     from rich.table import Table
 
     from flextensor_compile.cli.render import safe
@@ -80,8 +93,7 @@ def _render_explain(expl: dict, console: Any) -> None:
     if bound and makespan < bound * (1 - 1e-6):  # no plan predicts less: the file was edited
         console.print(f"predicted makespan {format_ms(makespan)} ms is below the staging bound "
                       f"{format_ms(bound)} ms of the profile's own traps: its predictions do not "
-                      "match its traps (edited by hand?); re-plan it with `ftc plan PROFILE -o "
-                      "OUT`")  # fmt: skip
+                      f"match its traps (edited by hand?); re-plan it with `{safe(replan)}`")  # fmt: skip
     elif bound:
         console.print(f"predicted makespan {format_ms(makespan)} ms = {makespan / bound:.3f} x "
                       f"the staging bound {format_ms(bound)} ms (no plan within this budget "

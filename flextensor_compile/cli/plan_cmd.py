@@ -13,6 +13,7 @@ import typer
 
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, RESERVE_HELP, STRATEGY_HELP
+from flextensor_compile.cli.streams import dash_is_stdout
 
 if TYPE_CHECKING:
     from flextensor_runtime.profile import Profile
@@ -24,7 +25,13 @@ def plan(
     stats: Path = typer.Argument(
         ..., help="A stats file (JSON) written by `ftc profile`, or a profile (.msgpack)."
     ),
-    out: Path = typer.Option(..., "-o", "--output", help="Where to write the profile (.msgpack)."),
+    out: Path = typer.Option(
+        ...,
+        "-o",
+        "--output",
+        help="Where to write the profile (.msgpack).",
+        callback=dash_is_stdout,
+    ),
     mem_fraction: float = typer.Option(
         None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."
     ),
@@ -43,17 +50,18 @@ def plan(
         False, "--json", metavar=FLAG, help="Print the profile's inspect document."
     ),
 ) -> None:
-    """Solve a stats file (or a profile's measurements) into an offload profile (memory mode with
-    a budget, else latency)."""
-    from flextensor_compile.cli.inputs import read_measurements
-    from flextensor_compile.cli.streams import check_json_outputs
+    """Solve a stats file (or a profile's measurements) into an offload profile.
+
+    Memory mode with --budget or --mem-fraction, else latency mode."""
+    from flextensor_compile.cli.inputs import read_input
+    from flextensor_compile.cli.streams import check_stdout_outputs
     from flextensor_compile.config import plan_command
     from flextensor_compile.planning import plan_profile
     from flextensor_compile.units import parse_size
     from flextensor_runtime.profile import PlanConfig, save
 
     _check(stats, out, mem_fraction, budget, num_blocks, min_blocks, seed)
-    check_json_outputs(as_json, [("-o", out)])
+    check_stdout_outputs(as_json, [("-o", out)])
     config = PlanConfig(
         budget_bytes=None if budget is None else parse_size(budget, "--budget"),
         mem_fraction=mem_fraction, strategy=strategy, num_blocks=num_blocks,
@@ -63,9 +71,27 @@ def plan(
     )  # fmt: skip
     # The canonical command (not argv): `ftc profile` records the same text for the same options,
     # so a profile re-planned from its stats is byte-identical.
-    profile = plan_profile(read_measurements(stats)[0], config, command=plan_command(config))
+    measured, source = read_input(stats)
+    profile = plan_profile(measured, config, command=plan_command(config))
     save(profile, out)
     _report(profile, out, as_json)
+    _note_dropped_sections(source)
+
+
+def _note_dropped_sections(source: Profile | None) -> None:
+    """A profile input's caches or vram sections are not in the new profile (`ftc plan` writes
+    the plan only): a deployment of it would run without them, so say so (on stderr)."""
+    from flextensor_compile.cli.render import err_console, safe
+    from flextensor_compile.emit import SOLVER_SECTION
+
+    dropped = sorted(k for k in (source.extensions if source else {}) if k != SOLVER_SECTION)
+    if not dropped:
+        return
+    fix = ("; `ftc profile --cache`/`--vram` writes those"
+           if {"caches", "vram"} & set(dropped) else "")  # fmt: skip
+    noun = "section is" if len(dropped) == 1 else "sections are"
+    err_console().print(f"note: the input's {safe(', '.join(dropped))} {noun} not in the new "
+                        f"profile (ftc plan writes the plan only){fix}", soft_wrap=True)  # fmt: skip
 
 
 def _report(profile: Profile, out: Path, as_json: bool) -> None:
@@ -84,7 +110,7 @@ def _report(profile: Profile, out: Path, as_json: bool) -> None:
 def _print_summary(profile: Profile, out: Path) -> None:
     """One line: what was written and what it predicts."""
     from flextensor_compile.cli.render import out_console, safe
-    from flextensor_compile.units import count_of, format_bytes
+    from flextensor_compile.units import count_of, format_bytes, format_ms
 
     p = profile.predicted
     limit = profile.config.budget_bytes
@@ -93,7 +119,8 @@ def _print_summary(profile: Profile, out: Path) -> None:
         f"{format_bytes(p.streamed_bytes)} in {count_of(len(profile.schedule), 'copy')}, "
         f"{count_of(len(profile.blocks), 'block')}; peak {format_bytes(p.peak_bytes)}"
         + ("" if limit is None else f" of {format_bytes(limit)}")
-        + f"; makespan {p.makespan_ms:.3f} ms (compute {p.compute_ms:.3f}, stall {p.stall_ms:.3f})"
+        + f"; makespan {format_ms(p.makespan_ms)} ms (compute {format_ms(p.compute_ms)}, stall "
+        f"{format_ms(p.stall_ms)})"
     )
 
 

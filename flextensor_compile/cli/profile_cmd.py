@@ -18,7 +18,8 @@ import typer
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.progress import PhaseBars
 from flextensor_compile.cli.streams import (
-    check_json_outputs,
+    check_stdout_outputs,
+    dash_is_stdout,
     is_stdout,
     stdout_to_stderr,
     text_off_stdout,
@@ -88,7 +89,7 @@ ASSIGNMENT_HELP = (
 
 def _render(doc: dict[str, Any], notes_to: Any) -> None:
     from flextensor_compile.cli.render import safe
-    from flextensor_compile.units import count_of, format_bytes
+    from flextensor_compile.units import count_of, format_bytes, format_ms, printable
 
     c, p = doc["profiling_cost"], doc["predicted"]
     dev = doc["device"]
@@ -101,12 +102,12 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
         soft_wrap=True,
     )
     print(
-        f"wrote {doc['output']}: {count_of(doc['traps'], 'trap')} + "
+        f"wrote {printable(doc['output'])}: {count_of(doc['traps'], 'trap')} + "
         f"{count_of(doc['gap_traps'], 'gap trap')} for "
-        f"{dev['name']} ({format_bytes(dev['memory_bytes'])}); resident "
+        f"{printable(dev['name'])} ({format_bytes(dev['memory_bytes'])}); resident "
         f"{format_bytes(p['resident_bytes'])}, streamed {format_bytes(p['streamed_bytes'])}, "
-        f"peak {format_bytes(p['peak_bytes'])}; predicted {p['makespan_ms']:.3f} ms per iteration "
-        f"({p['stall_ms']:.3f} ms stall)"
+        f"peak {format_bytes(p['peak_bytes'])}; predicted {format_ms(p['makespan_ms'])} ms per "
+        f"iteration ({format_ms(p['stall_ms'])} ms stall)"
     )
     sections = doc["sections"]
     if "caches" in sections:
@@ -119,7 +120,7 @@ def _render(doc: dict[str, Any], notes_to: Any) -> None:
 
 def profile(
     model: str = typer.Argument(..., help="A model file (model.py) or package.module:build_model."),
-    inputs: str = typer.Option(None, "--inputs", help="package.module:example_inputs (for module references)."),
+    inputs: str = typer.Option(None, "--inputs", help="Example inputs from package.module:fn or inputs.py:fn (replaces example_inputs)."),
     mem_fraction: float = typer.Option(None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."),
     budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB (memory mode)."),
     activation_reserve: str = typer.Option(None, "--activation-reserve", help=RESERVE_HELP),
@@ -136,8 +137,8 @@ def profile(
     warmup_iters: int = typer.Option(1, "--warmup-iters", help="Untimed iterations first."),
     device: str = typer.Option("auto", "--device", help="Where to time: auto, cpu or cuda."),
     granularity: str = typer.Option("auto", "--granularity", help="Traps: auto (default: module traps, and leaf traps too when the module plan stalls; the better plan kept), modules (each selected module), or leaves (the modules inside them that own the weights)."),
-    save_stats: Path = typer.Option(None, "--save-stats", help="Also write the measurements (stats.json) for `ftc plan`."),
-    output: Path = typer.Option(Path("profile.msgpack"), "-o", "--output", help="Where to write the profile."),
+    save_stats: Path = typer.Option(None, "--save-stats", help="Also write the measurements (stats.json) for `ftc plan`.", callback=dash_is_stdout),
+    output: Path = typer.Option(Path("profile.msgpack"), "-o", "--output", help="Where to write the profile.", callback=dash_is_stdout),
     seed: int = typer.Option(0, "--seed", help="Seed recorded in the plan (ties broken deterministically)."),
     quiet: bool = typer.Option(False, "--quiet", metavar=FLAG, help="No progress bars or notes."),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print a machine-readable summary."),
@@ -162,7 +163,8 @@ def _run(opts: dict[str, Any]) -> None:
     check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
     check_output_file(save_stats, "--save-stats", "stats.json")
     check_output_dir(instrument, "--instrument")
-    check_json_outputs(as_json, [("-o", output), ("--save-stats", save_stats)])
+    check_stdout_outputs(as_json, [("-o", output)])
+    check_stdout_outputs(as_json, [("--save-stats", save_stats)], binary=False)  # JSON text
     from flextensor_compile.compile_api import INSTRUMENT_PARTS
 
     model_path = Path(model) if Path(model).is_file() else None
@@ -196,11 +198,35 @@ def _run(opts: dict[str, Any]) -> None:
         if stats_at is not None:
             write_stats(c.stats, stats_at)
         bars.start("solving", 1)
-        prof = add_sections(compile_api.plan_stats(c.stats, config), c.stats, built, sections)
+        prof = add_sections(_plan(compile_api, c.stats, config, save_stats), c.stats, built,
+                            sections)  # fmt: skip
         bars.advance("solving")
     save(prof, output_at)
     with text_off_stdout(output, save_stats):
         _finish(compile_api, c, prof, output, instrument_at, quiet, as_json, bars.console)
+
+
+def _plan(api: Any, stats: Any, config: Any, saved: Path | None) -> Any:
+    """The plan; when none fits and the measurements were saved, the error says how to re-plan
+    them without profiling again (a large model's measurement takes minutes)."""
+    from dataclasses import replace
+
+    from flextensor_compile.config import plan_command
+    from flextensor_compile.units import printable
+    from flextensor_runtime.errors import BudgetError
+
+    try:
+        return api.plan_stats(stats, config)
+    except BudgetError as exc:
+        if saved is None:
+            raise
+        plan = config.to_plan_config()  # the options given, at the least budget when known
+        if exc.least_bytes is not None:
+            plan = replace(plan, budget_bytes=exc.least_bytes, mem_fraction=None)
+        options = plan_command(plan).removeprefix("ftc plan")
+        raise BudgetError(f"{exc}; the measurements are saved: `ftc plan {printable(saved)}"
+                          f"{options} -o OUT` re-plans them without the model",
+                          least_bytes=exc.least_bytes) from None  # fmt: skip
 
 
 def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, quiet: bool,
@@ -221,7 +247,9 @@ def _finish(api: Any, c: Any, prof: Any, output: Path, instrument: Path | None, 
     elif not quiet:
         _render(summary, console)
     else:
-        print(f"wrote {output}")
+        from flextensor_compile.units import printable
+
+        print(f"wrote {printable(output)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -77,8 +77,9 @@ def _summary(doc: dict[str, Any]) -> Table:
     share = f"{budget / memory:.0%} of device" if budget and memory > 0 else "device memory unknown"
     budget_text = "none (latency mode)" if budget is None else f"{format_bytes(budget)} ({share})"
     reserve = doc["config"].get("activation_reserve_bytes", 0)
-    if budget is not None and reserve:
-        budget_text += f", {format_bytes(reserve)} of it kept for activations"
+    if reserve:  # in latency mode too: the peak counts it
+        of_it = "" if budget is None else " of it"
+        budget_text += f", {format_bytes(reserve)}{of_it} kept for activations"
     transfers = count_of(tot["transfer_count"], "transfer")
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -96,8 +97,9 @@ def _summary(doc: dict[str, Any]) -> Table:
                      + (f" ({format_bytes(tot['disk_bytes'])} from disk)" if tot["disk_bytes"] else "")),
         ("blocks", f"{count_of(len(doc['blocks']), 'block')}, {format_bytes(tot['blocks_bytes'])}"),
         ("peak", format_bytes(pred["peak_bytes"])),
-        ("predicted", f"compute {pred['compute_ms']:.3f} ms, makespan {pred['makespan_ms']:.3f} ms, "
-                      f"stall {pred['stall_ms']:.3f} ms (overhead {_percent(pred['overhead'])})"),
+        ("predicted", f"compute {format_ms(pred['compute_ms'])} ms, makespan "
+                      f"{format_ms(pred['makespan_ms'])} ms, stall {format_ms(pred['stall_ms'])} ms "
+                      f"(overhead {_percent(pred['overhead'])})"),
         ("made by", safe(doc["meta"]["command"] or "-")),
     ]  # fmt: skip
     if doc["extensions"]:
@@ -108,7 +110,10 @@ def _summary(doc: dict[str, Any]) -> Table:
 
 
 def _percent(value: float) -> str:
-    """`12.5%`; a rounding residue such as -1e-17 shows as 0.0%, not -0.0%."""
+    """`12.5%`; a rounding residue such as -1e-17 shows as 0.0%, not -0.0%; past 10^6 % in 4
+    significant figures (absurd measurements), as `format_ms` does."""
+    if abs(value) >= 1e4:
+        return f"{value * 100:.4g}%"
     return f"{value:.1%}" if abs(value) >= 0.0005 else "0.0%"
 
 

@@ -16,6 +16,7 @@ import typer
 from flextensor_compile.cli.help import FLAG, FtcCommand
 from flextensor_compile.cli.profile_cmd import ASSIGNMENT_HELP, STRATEGY_HELP
 from flextensor_compile.cli.progress import PhaseBars
+from flextensor_compile.cli.streams import dash_is_stdout
 
 if TYPE_CHECKING:
     from flextensor_compile.stats import Stats
@@ -74,7 +75,9 @@ def sweep(
         "--assignment",
         help=ASSIGNMENT_HELP.rstrip(".") + " (default: the profile's, or optimized-round-robin).",
     ),
-    plot: Path = typer.Option(None, "--plot", help="Also draw the curve to this PNG."),
+    plot: Path = typer.Option(
+        None, "--plot", help="Also draw the curve to this PNG.", callback=dash_is_stdout
+    ),
     jobs: int = typer.Option(
         None,
         "--jobs",
@@ -87,12 +90,12 @@ def sweep(
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""
     from flextensor_compile.cli.paths import write_image
     from flextensor_compile.cli.render import print_json
-    from flextensor_compile.cli.streams import check_json_outputs, text_off_stdout
-    from flextensor_compile.sweep import plot_sweep, weight_bytes
+    from flextensor_compile.cli.streams import check_stdout_outputs, text_off_stdout
+    from flextensor_compile.sweep import largest_fraction, plot_sweep, weight_bytes
     from flextensor_compile.sweep import sweep as run_sweep
 
     budgets = _checked_fractions(fractions, plot, source)
-    check_json_outputs(as_json, [("--plot", plot)])
+    check_stdout_outputs(as_json, [("--plot", plot)])
     stats, config = _load(source)
     config = _override(config, strategy, assignment)
     with PhaseBars(quiet=False) as bars:  # on stderr, and only on a terminal
@@ -105,7 +108,9 @@ def sweep(
         if as_json:
             print_json([asdict(p) for p in points])
             return
-        lines = [*_pick_lines(points, weight_bytes(stats)), *_notes(config, plot, planned)]
+        picks = _pick_lines(points, weight_bytes(stats), largest_fraction(stats),
+                            _plan_options(config))  # fmt: skip
+        lines = [*picks, *_notes(config, plot, planned)]
         _print_points(points, lines)
 
 
@@ -133,15 +138,30 @@ def _print_points(points: tuple[SweepPoint, ...], lines: list[str]) -> None:
         console.print(safe(line))
 
 
-def _pick_lines(points: tuple[SweepPoint, ...], weights: int) -> list[str]:
+def _plan_options(config: PlanConfig) -> str:
+    """The `ftc plan` options besides the budget that solve as this sweep does (those that
+    differ from its defaults: a strategy, blocks, an assignment, a profile's reserve)."""
+    from dataclasses import replace
+
+    from flextensor_compile.config import plan_command
+
+    text = plan_command(replace(config, budget_bytes=None, mem_fraction=None, seed=0))
+    kept = [part for part in text.split(" --")[1:] if part != "strategy adaptive"]
+    return "".join(f" --{part}" for part in kept)
+
+
+def _pick_lines(
+    points: tuple[SweepPoint, ...], weights: int, most: float | None = None, options: str = ""
+) -> list[str]:
     """Where to look when picking a budget: the smallest budget within 5% and 20% of the
-    fastest plan swept; with no plan at all, the smallest budget one fits."""
+    fastest plan swept; with no plan at all, the smallest budget one fits. `options`: the
+    `ftc plan` options besides `--budget` that get the sweep's plans."""
     from flextensor_compile.sweep import smallest_near_fastest
     from flextensor_compile.units import format_bytes, format_fraction, format_ms
 
     fastest = smallest_near_fastest(points, 0.0)
     if fastest is None or fastest.makespan_ms is None:
-        return [_no_plan_line(points, weights)]
+        return [_no_plan_line(points, weights, most)]
     lines = [f"fastest: {format_ms(fastest.makespan_ms)} ms, first at frac "
              f"{format_fraction(fastest.fraction)} ({format_bytes(fastest.budget_bytes)})"]  # fmt: skip
     shown = [fastest]
@@ -151,12 +171,12 @@ def _pick_lines(points: tuple[SweepPoint, ...], weights: int) -> list[str]:
             shown.append(near)
             lines.append(f"within {within:.0%} of it from frac {format_fraction(near.fraction)} "
                          f"({format_bytes(near.budget_bytes)}): {format_ms(near.makespan_ms)} ms")  # fmt: skip
-    return [*lines, *_slower_lines(points)]
+    return [*lines, *_slower_lines(points, options)]
 
 
-def _slower_lines(points: tuple[SweepPoint, ...]) -> list[str]:
+def _slower_lines(points: tuple[SweepPoint, ...], options: str) -> list[str]:
     """Budgets whose plan is slower than one a smaller budget got (it fits there too): which,
-    and the budget to pass for the faster plan."""
+    and the budget (with the sweep's other `ftc plan` `options`) to pass for the faster plan."""
     from flextensor_compile.sweep import slower_than_smaller
     from flextensor_compile.units import format_fraction, format_ms
 
@@ -166,12 +186,13 @@ def _slower_lines(points: tuple[SweepPoint, ...]) -> list[str]:
         lines.append(f"frac {format_fraction(p.fraction)} plans {format_ms(p.makespan_ms)} ms, "
                      f"slower than frac {format_fraction(faster.fraction)}'s "
                      f"{format_ms(faster.makespan_ms)} ms, whose plan fits it too: "
-                     f"--budget {faster.budget_bytes} gets that plan")  # fmt: skip
+                     f"--budget {faster.budget_bytes}{options} gets that plan")  # fmt: skip
     return lines
 
 
-def _no_plan_line(points: tuple[SweepPoint, ...], weights: int) -> str:
-    """Why no budget swept has a plan, and which fractions to sweep instead."""
+def _no_plan_line(points: tuple[SweepPoint, ...], weights: int, most: float | None) -> str:
+    """Why no budget swept has a plan, and which fractions to sweep instead (up to `most`, the
+    largest fraction the device holds, when it holds less than every weight)."""
     from flextensor_compile.sweep import NO_FIT
     from flextensor_compile.units import format_bytes
 
@@ -181,9 +202,15 @@ def _no_plan_line(points: tuple[SweepPoint, ...], weights: int) -> str:
         why = over[0].error if over else "no plan fits any budget swept"
         return f"no budget swept has a plan: {why}"
     start = math.ceil(least / max(weights, 1) * 1000) / 1000  # budgets: fractions of the weights
-    span = f"{start:.3f}:1.0:0.05" if start < 0.95 else f"{start:.3f}"
-    return (f"no budget swept has a plan: the smallest feasible budget is {format_bytes(least)} "
-            f"(frac {start:.3f} of the weights); sweep from there, e.g. --fractions {span}")  # fmt: skip
+    found = (f"no budget swept has a plan: the smallest feasible budget is {format_bytes(least)} "
+             f"(frac {start:.3f} of the weights)")  # fmt: skip
+    if most is not None and start > most:  # (an emulated device holds any budget)
+        return (f"{found}, more than the device holds (frac {most:.3f}); plan for a larger "
+                "device (`ftc profile --target` or `--device-memory`)")  # fmt: skip
+    stop = 1.0 if most is None else min(most, 1.0)
+    upto = "1.0" if stop >= 1.0 else f"{stop:.3f}"
+    span = f"{start:.3f}:{upto}:0.05" if start < stop - 0.05 else f"{start:.3f}"
+    return f"{found}; sweep from there, e.g. --fractions {span}"
 
 
 def register(app: typer.Typer) -> None:

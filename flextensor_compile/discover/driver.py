@@ -151,7 +151,7 @@ def discover(
         raise _excluded_all(sel)
     if not plan.traps:
         raise ModelFileError(
-            f"{source}: no trap ran during the forward: {_why_no_trap(model, sel)}"
+            f"{source}: no trap ran during the forward: {_why_no_trap(model, sel, whole_run)}"
         )
     tensors = model_tensor_entries(model) if entries is None else entries
     assignment = assign_tensors(tensors, sel, plan, dict(recorder.reads))
@@ -170,9 +170,14 @@ def discover(
     )
 
 
-def _why_no_trap(model: nn.Module, sel: Selection) -> str:
-    """Why no selected module ran, and the patterns to pass instead."""
+def _why_no_trap(model: nn.Module, sel: Selection, whole_run: bool) -> str:
+    """Why no selected module ran, and the patterns to pass instead (`whole_run`: the model's
+    own forward did not run either)."""
     patterns = ", ".join(repr(p) for p in sel.include) or "none"
+    if whole_run:  # no pattern can help: the workload never called the model
+        return ("run(model, inputs) called neither the model's forward nor any module the "
+                f"patterns ({patterns}) select; make run() call the model, e.g. "
+                "`return model(*inputs)`")  # fmt: skip
     if not any(True for _ in model.named_children()):
         return ("the model has no submodules to trap (one layer); offloading streams the "
                 "weights of the layers a model is built of: wrap it in a module of layers")  # fmt: skip

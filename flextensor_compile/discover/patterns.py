@@ -51,15 +51,21 @@ class Selection:
     excluded_classes: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
+def _glob(name: str, pattern: str) -> bool:
+    """`*` and `?` are the only wildcards: `[` in a pattern is itself (a ModuleDict key such as
+    'x[0]'), never a character class."""
+    return fnmatchcase(name, pattern.replace("[", "[[]"))
+
+
 def _match(pattern: str, path: str, module: nn.Module | None = None) -> bool:
     if pattern.startswith("class:"):
-        return module is not None and fnmatchcase(type(module).__name__, pattern[6:])
-    return fnmatchcase(path, pattern)
+        return module is not None and _glob(type(module).__name__, pattern[6:])
+    return _glob(path, pattern)
 
 
 def _matches_ancestor(pattern: str, path: str) -> bool:
     parts = path.split(".")
-    return any(fnmatchcase(".".join(parts[:i]), pattern) for i in range(1, len(parts)))
+    return any(_glob(".".join(parts[:i]), pattern) for i in range(1, len(parts)))
 
 
 def _module_bytes(module: nn.Module) -> int:
@@ -109,7 +115,7 @@ def class_paths(model: nn.Module, exclude: tuple[str, ...]) -> dict[str, frozens
     paths: dict[str, set[str]] = {p: set() for p in classes}
     for path, module in model.named_modules(remove_duplicate=False):
         for p in classes:
-            if path and fnmatchcase(type(module).__name__, p[6:]):
+            if path and _glob(type(module).__name__, p[6:]):
                 paths[p].add(path)
     return {p: frozenset(v) for p, v in paths.items()}
 
@@ -126,7 +132,7 @@ def exclusion(
         if p.startswith("class:"):
             hit = next((q for q in prefixes if q in classes.get(p, frozenset())), None)
         else:
-            hit = next((q for q in prefixes if fnmatchcase(q, p)), None)
+            hit = next((q for q in prefixes if _glob(q, p)), None)
         if hit is not None:
             return p, hit
     return None
@@ -158,7 +164,7 @@ def _canonical(name: str, aliases: dict[str, str]) -> str:
 
 
 def _no_match(pattern: str, candidates: list[str], aliases: dict[str, str]) -> ConfigError:
-    same = [(a, c) for a, c in aliases.items() if fnmatchcase(a, pattern)]
+    same = [(a, c) for a, c in aliases.items() if _glob(a, pattern)]
     if same:
         alias, canonical = same[0]
         return ConfigError(

@@ -228,6 +228,17 @@ def test_no_trap_ran_says_why(build, include, exclude, why):
     assert why in str(exc.value)
 
 
+def test_a_run_that_never_calls_the_model_is_named_as_such():
+    """`run()` returned without calling the model: the message blamed the include patterns
+    (the default '?*', which the user never typed) and asked for other ones."""
+    from flextensor_runtime.errors import ModelFileError
+
+    with pytest.raises(ModelFileError, match="no trap ran during the forward") as exc:
+        _discover(models.Stack(), models.stack_inputs(), run=lambda model, inputs: None)
+    assert "run(model, inputs) called neither the model's forward nor any module" in str(exc.value)
+    assert "make run() call the model" in str(exc.value)
+
+
 @pytest.mark.parametrize(
     ("include", "exclude", "why"),
     [

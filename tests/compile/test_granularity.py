@@ -309,3 +309,33 @@ def test_auto_does_not_measure_leaves_that_are_the_module_traps() -> None:
     assert not any(
         "--granularity auto" in n for n in summary_document(modules, profile, "p")["notes"]
     )
+
+
+class _Stack(nn.Module):
+    """Linears in a ModuleList (iterated, never called) and a head called directly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(128, 128) for _ in range(4))
+        self.head = nn.Linear(128, 128)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(x)
+
+
+def test_auto_measures_leaves_inside_a_selected_module_that_never_ran() -> None:
+    """`--include layers` on a ModuleList: as a module trap it never runs and its weights stay
+    resident; each trap that ran held one module's weights, so auto said leaf traps 'would be
+    the same', kept modules, and failed a budget the leaf traps (its Linears) fit."""
+    torch.manual_seed(0)
+    model = _Stack().eval()
+    cfg = OffloadConfig(target="rtx4090", budget_bytes=200 * 1024, granularity="auto",
+                        include_patterns=("layers", "head"))  # fmt: skip
+    with pytest.raises(BudgetError):
+        compile_profile(model, lambda: (torch.ones(1, 128),), cfg.replace(granularity="modules"))
+    c = collect_stats(model, lambda: (torch.ones(1, 128),), cfg)
+    assert c.granularity == "leaves" and "modules (1 trap) fit no plan" in c.notes[-1]
+    profile = compile_profile(model, lambda: (torch.ones(1, 128),), cfg)
+    assert profile.predicted.peak_bytes <= 200 * 1024 and profile.predicted.streamed_bytes > 0

@@ -76,6 +76,24 @@ def test_bad_files(tmp_path, text, message):
         load_model_spec(_write(tmp_path, text))
 
 
+def test_inputs_reference_to_a_model_file(tmp_path):
+    """`--inputs model.py:fn` (as `model.py:make` builds) was imported as a module named
+    '/path/model' and failed with ModuleNotFoundError; a file reference works now, and names
+    the model file itself without running it again."""
+    model = tmp_path / "model.py"
+    model.write_text(GOOD + "RUNS = []\nRUNS.append(1)\ndef wide():\n    return (torch.ones(3, 4),)\n")
+    spec = load_model_spec(str(model), f"{model}:wide")
+    assert make_inputs(spec).args[0].shape == (3, 4)
+    assert spec.example_inputs.__globals__ is spec.build.__globals__  # one run of the file
+    assert spec.build.__globals__["RUNS"] == [1]
+    other = tmp_path / "inputs.py"
+    other.write_text("import torch\ndef example_inputs():\n    return (torch.ones(5, 4),)\n")
+    spec = load_model_spec(f"{model}:build_model", f"{other}:example_inputs")
+    assert make_inputs(spec).args[0].shape == (5, 4)
+    with pytest.raises(ModelFileError, match="defines no nope\\(\\)"):
+        load_model_spec(str(model), f"{model}:nope")
+
+
 def test_build_and_inputs_failures(tmp_path):
     spec = load_model_spec(_write(tmp_path, "def build_model():\n    return 3\n"))
     with pytest.raises(

@@ -201,3 +201,48 @@ def test_an_output_on_stdout_gets_the_file_alone(tmp_path) -> None:
     clash = _ftc_piped("plan", str(STATS), "-o", "/dev/stdout", "--json")
     assert clash.returncode == 1 and clash.stdout == b""
     assert b"is stdout, which --json writes its document to" in clash.stderr
+
+
+def test_a_dash_output_is_stdout_not_a_file_named_dash(tmp_path) -> None:
+    """`-o -` (and `--timeline -`, `--plot -`) wrote a file named '-' in the working folder;
+    like `-o /dev/stdout`, it now puts the file alone on stdout."""
+    from flextensor_runtime.profile import loads
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def piped(*args: str) -> subprocess.CompletedProcess[bytes]:
+        argv = [sys.executable, "-m", "flextensor_compile", *args]
+        return subprocess.run(argv, capture_output=True, timeout=300, cwd=tmp_path, env=env)
+
+    plan = piped("plan", str(STATS), "-o", "-")
+    assert plan.returncode == 0, plan.stderr
+    assert loads(plan.stdout).traps and b"wrote /dev/stdout" in plan.stderr
+    image = piped("inspect", str(PROFILE), "--timeline", "-")
+    assert image.returncode == 0 and image.stdout.startswith(b"\x89PNG"), image.stderr
+    curve = piped("sweep", str(STATS), "--fractions", "0.5", "--plot", "-")
+    assert curve.returncode == 0 and curve.stdout.startswith(b"\x89PNG"), curve.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_a_binary_output_on_a_terminal_is_refused_before_any_work(tmp_path) -> None:
+    """`ftc plan s.json -o -` typed at a terminal wrote the msgpack bytes to the screen; a
+    profile or image for a stdout that is a terminal is now one line, and nothing is written."""
+    import pty
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for args in (["plan", str(STATS), "-o", "-"],
+                 ["inspect", str(PROFILE), "--timeline", "/dev/stdout"]):  # fmt: skip
+        terminal, screen = pty.openpty()
+        try:
+            argv = [sys.executable, "-m", "flextensor_compile", *args]
+            # (before, the profile filled the unread terminal and blocked: the timeout ends it)
+            done = subprocess.run(argv, stdout=screen, stderr=subprocess.PIPE, timeout=120,
+                                  cwd=tmp_path, env=env)  # fmt: skip
+        finally:
+            os.close(screen)
+            os.close(terminal)
+        err = done.stderr.decode()
+        assert done.returncode == 1 and len(err.strip().splitlines()) == 1, err
+        assert "stdout is a terminal, and the file is binary" in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -28,6 +28,18 @@ def test_question_mark_matches_one_character():
     assert sel.traps == tuple(f"layers.{i}" for i in range(10))
 
 
+def test_a_bracket_in_a_pattern_is_itself_not_a_character_class():
+    """Patterns are globs of `*` and `?` only: `blocks.x[0]` (a ModuleDict key) was read as a
+    character class, matched nothing, and the error suggested the very same pattern."""
+    model = nn.Module()
+    model.blocks = nn.ModuleDict({k: nn.Linear(2, 2) for k in ("x[0]", "x0", "y[1]")})
+    assert select_traps(model, ("blocks.x[0]",), ()).traps == ("blocks.x[0]",)
+    assert select_traps(model, ("blocks.?[?]",), ()).traps == ("blocks.x[0]", "blocks.y[1]")
+    assert select_traps(model, ("blocks.*",), ("blocks.y[1]",)).traps == ("blocks.x[0]", "blocks.x0")
+    with pytest.raises(ConfigError, match="matches no module"):
+        select_traps(model, ("blocks.x[01]",), ())
+
+
 def test_parameter_level_pattern_patches_parent_offloads_only_matches():
     sel = select_traps(models.Stack(), ("layers.*.fc?.weight",), ())
     assert sel.traps == tuple(f"layers.{i}.fc{j}" for i in range(3) for j in (1, 2))

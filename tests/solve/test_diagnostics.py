@@ -110,6 +110,24 @@ def test_memory_reason_quotes_the_budget() -> None:
         "than the compute before its trap (0.010 ms), so streaming it would stall")  # fmt: skip
 
 
+def test_an_alias_split_from_its_tie_names_the_other_member_not_itself() -> None:
+    """Discovery records each member's own reason, but a profile keeps one per tie group (the
+    canonical's: 'shares storage with head.w'), and --explain gave it to head.w too: 'head.w
+    ... shares storage with head.w'. The alias now names the canonical tensor and its trap."""
+    split = "and tied tensors split over traps stay resident"
+    embed = replace(tensor("embed.w", 4000, offloadable=False),
+                    pin_reason=f"it shares storage with 'head.w' (trap 'head'), {split}")  # fmt: skip
+    head = replace(tensor("head.w", 4000, tie="embed.w", offloadable=False),
+                   pin_reason=f"it shares storage with 'embed.w' (trap 'embed'), {split}")  # fmt: skip
+    traps = [TrapStat("embed", 0.5, (embed,))]
+    traps += [TrapStat(f"l{i}", 2.0, (tensor(f"l{i}.a", 3000),)) for i in range(3)]
+    traps.append(TrapStat("head", 0.5, (head,)))
+    why = _reasons(plan_profile(Stats("tied", device(2e6), tuple(traps)), PlanConfig()))
+    assert why["head.w"] == ("kept resident: not offloadable: it shares storage with 'embed.w' "
+                             f"(trap 0 'embed'), {split}")  # fmt: skip
+    assert "'head.w'" in why["embed.w"] and "'embed.w'" not in why["embed.w"]
+
+
 def test_not_offloadable_reasons_say_which_rule() -> None:
     traps = [TrapStat("embed", 0.5, (tensor("embed.w", 4000),))]
     traps += [TrapStat(f"l{i}", 2.0, (tensor(f"l{i}.a", 3000), tensor(f"l{i}.b", 3000)))

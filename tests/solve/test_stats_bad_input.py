@@ -62,6 +62,14 @@ def _tie_chain(doc: dict[str, Any]) -> None:
     a["tie"], b["tie"] = b["name"], c["name"]
 
 
+def _untrapped_tie_to_a_streamable(doc: dict[str, Any]) -> None:
+    """The untrapped LM head tied to a block's weight that may stream (not to the untrapped
+    embedding): `ftc plan` wrote no profile and said 'invalid profile ... recompile it with ftc
+    plan', while `ftc sweep` listed plans for it."""
+    head = next(t for t in doc["untrapped"] if t["name"] == "head.weight")
+    head["tie"] = "blocks.0.up.weight"
+
+
 def _zero_calls(doc: dict[str, Any]) -> None:
     doc["traps"][1]["calls"] = 0
 
@@ -119,6 +127,9 @@ CASES = [
                           "'blocks.1.attn_norm.weight', which is itself tied to "
                           "'blocks.2.attn_norm.weight'; a tie names an untied tensor: tie "
                           "'blocks.0.attn_norm.weight' to 'blocks.2.attn_norm.weight'"),
+    (_edited(_untrapped_tie_to_a_streamable), "untrapped[4].tie: untrapped 'head.weight' is "
+     "tied to 'blocks.0.up.weight' of trap 'blocks.0', which may stream; list 'head.weight' in "
+     "that trap's tensors, or give 'blocks.0.up.weight' \"offloadable\": false"),
     (_edited(_zero_calls), "traps[1].calls: expected int in [1, 2147483648], got 0"),
     (_edited(_zero_memory), "device.memory_bytes: expected int in [1, 1125899906842624], got 0"),
     (lambda tmp: tmp / "missing.json", "no such file; pass a stats file (`ftc profile --save-stats`)"),
@@ -218,3 +229,24 @@ def test_a_pin_reason_survives_the_stats_file(tmp_path: Path) -> None:
     assert again.traps[1].tensors[0].pin_reason == "the exclude pattern 'x' matches it"
     plain = save_stats(load_stats(GOLDEN_STATS), tmp_path / "plain.json")
     assert "pin_reason" not in plain.read_text()  # written only when recorded
+
+
+@pytest.mark.parametrize("head", [b"", b"\xef\xbb\xbf"])
+def test_a_hand_written_utf8_stats_file_reads_in_any_locale(tmp_path: Path, head: bytes) -> None:
+    """The file was read in the locale's encoding: in a locale that is not UTF-8 (here ASCII:
+    LC_ALL=C without Python's UTF-8 mode; Latin-1 or Windows' cp1252 alike) a UTF-8 name was
+    'binary data, not a JSON stats file (a profile?)', and a BOM (as some editors write) was
+    'not JSON'. Stats files are UTF-8, with or without a BOM."""
+    import subprocess
+    import sys
+
+    doc = json.loads(GOLDEN_STATS.read_text())
+    doc["name"] = "modèle"
+    source = tmp_path / "stats.json"
+    source.write_bytes(head + json.dumps(doc, ensure_ascii=False).encode())
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+           "PYTHONPATH": str(GOLDEN_STATS.parents[1])}  # fmt: skip
+    argv = [sys.executable, "-m", "flextensor_compile", "plan", str(source), "-o",
+            str(tmp_path / "p.msgpack")]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr

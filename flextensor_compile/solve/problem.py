@@ -148,8 +148,10 @@ def _pin_reasons(stats: Stats) -> dict[str, str]:
 
 def over_device_memory(stats: Stats, budget_bytes: int) -> bool:
     """Whether a budget is more than the device's memory (an emulated device has no limit:
-    its memory is whatever the plan is for)."""
-    return budget_bytes > stats.device.memory_bytes and stats.device.kind != "emulated"
+    its memory is whatever the plan is for; measurements that record no memory, 0 bytes, set
+    none either)."""
+    memory = stats.device.memory_bytes
+    return 0 < memory < budget_bytes and stats.device.kind != "emulated"
 
 
 def _budget(stats: Stats, config: PlanConfig) -> int | None:

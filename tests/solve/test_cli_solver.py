@@ -257,11 +257,17 @@ def test_mem_fraction_of_a_profile_without_device_memory_asks_for_a_budget(
     zero = tmp_path / "zero.msgpack"
     from flextensor_runtime.profile import save
 
-    save(replace(profile, device=replace(profile.device, memory_bytes=0)), zero)
+    save(replace(profile, device=replace(profile.device, memory_bytes=0, kind="target")), zero)
     out = tmp_path / "p.msgpack"
     result = runner.invoke(app, ["plan", str(zero), "--mem-fraction", "0.5", "-o", str(out)])
     assert result.exit_code != 0 and not out.exists()
     assert "pass --budget instead" in str(result.exception), result.exception
+    # and a budget is then taken as given (it was refused as over the device's 0 bytes)
+    given = runner.invoke(app, ["plan", str(zero), "--budget", "8GiB", "-o", str(out)])
+    assert given.exit_code == 0, given.output
+    assert load(out).config.budget_bytes == 8 << 30
+    sweep = runner.invoke(app, ["sweep", str(zero), "--fractions", "0.5,1.0", "--json"])
+    assert sweep.exit_code == 0 and "over device memory" not in sweep.output, sweep.output
 
 
 def test_strategy_help_lists_every_strategy() -> None:

@@ -80,6 +80,7 @@ class Problem:
     assignment: str = "optimized-round-robin"
     pinned: tuple[tuple[str, str], ...] = ()  # (tensor, reason) for tensors kept resident
     fraction_of_bytes: int | None = None  # device memory, when the budget is a --mem-fraction
+    device_bytes: int | None = None  # device memory where it caps budgets (not emulated, recorded)
 
     @cached_property
     def compute_ms(self) -> float:  # read by every candidate's copy floor: summed once
@@ -264,6 +265,7 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
         assignment=config.assignment,
         pinned=tuple(sorted((n, r) for n, r in reasons.items() if n in canon_bytes)),
         fraction_of_bytes=d.memory_bytes if config.mem_fraction is not None else None,
+        device_bytes=d.memory_bytes if d.memory_bytes > 0 and d.kind != "emulated" else None,
     )
 
 

@@ -274,14 +274,19 @@ def _pinned_note(problem: Problem) -> str:
 
 
 def _raise_hint(problem: Problem, least: int | None, hint: str) -> str:
-    """What to raise: the --mem-fraction the smallest budget needs, when the budget was one."""
+    """What to raise: the --mem-fraction the smallest budget needs, when the budget was one;
+    a larger device, when that budget is more than the device has."""
     device = problem.fraction_of_bytes
-    if device is None or least is None:
-        return (
-            "raise --budget or --mem-fraction"
-            if least is None
-            else f"raise --budget to at least {hint}"
-        )
+    if least is None:
+        return "raise --budget or --mem-fraction"
+    if device is None:
+        cap = problem.device_bytes
+        if cap is not None and least > cap:
+            return (
+                f"that is more than the device's {cap} bytes: plan for a larger device "
+                "(--target, --device-memory)"
+            )
+        return f"raise --budget to at least {hint}"
     fraction = math.ceil(least / device * 100) / 100
     while int(fraction * device) < least:  # the budget is int(fraction * device): round up
         fraction += 0.01

@@ -141,3 +141,23 @@ def test_a_budget_error_says_when_most_weights_cannot_stream() -> None:
     with pytest.raises(BudgetError) as info:  # every weight may stream: no such note
         solve(problem_from_stats(stats, PlanConfig(budget_bytes=1)))
     assert "cannot stream" not in str(info.value)
+
+
+def test_a_smallest_budget_over_the_device_asks_for_a_larger_device() -> None:
+    """A --budget whose smallest feasible budget is more than the device has names the device,
+    not a --budget the device cannot give."""
+    stats = load_stats(STATS)
+    memory = 3 << 20
+    stats = replace(stats, device=replace(stats.device, memory_bytes=memory, kind="cuda"))
+    config = PlanConfig(budget_bytes=2 << 20, activation_reserve_bytes=2 << 20)
+    with pytest.raises(BudgetError) as caught:
+        solve(problem_from_stats(stats, config))
+    message = str(caught.value)
+    least = _claimed(message)
+    assert least is not None and least > memory
+    assert f"that is more than the device's {memory} bytes" in message
+    assert "raise --budget" not in message and "lower --activation-reserve" in message
+    # under the device's memory the hint still names the budget to pass
+    roomy = replace(stats, device=replace(stats.device, memory_bytes=64 << 20))
+    with pytest.raises(BudgetError, match=r"raise --budget to at least \d+ bytes"):
+        solve(problem_from_stats(roomy, config))

@@ -79,6 +79,7 @@ class Problem:
     min_blocks: int = 1
     assignment: str = "optimized-round-robin"
     pinned: tuple[tuple[str, str], ...] = ()  # (tensor, reason) for tensors kept resident
+    pinned_sizes: tuple[int, ...] = ()  # bytes of each `pinned` tensor, in its order
     fraction_of_bytes: int | None = None  # device memory, when the budget is a --mem-fraction
     device_bytes: int | None = None  # device memory where it caps budgets (not emulated, recorded)
 
@@ -253,6 +254,7 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
                               pinned_by_trap[order]))  # fmt: skip
     d = stats.device
     curve = tuple((p.bytes, p.bytes_per_s) for p in d.bandwidth_curve)
+    pinned = tuple(sorted((n, r) for n, r in reasons.items() if n in canon_bytes))
     return Problem(
         traps=tuple(traps),
         bandwidth=BandwidthModel.from_curve(curve, d.h2d_bytes_per_s, d.h2d_latency_ms),
@@ -263,7 +265,8 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
         num_blocks=config.num_blocks,
         min_blocks=config.min_blocks,
         assignment=config.assignment,
-        pinned=tuple(sorted((n, r) for n, r in reasons.items() if n in canon_bytes)),
+        pinned=pinned,
+        pinned_sizes=tuple(canon_bytes[n] for n, _ in pinned),
         fraction_of_bytes=d.memory_bytes if config.mem_fraction is not None else None,
         device_bytes=d.memory_bytes if d.memory_bytes > 0 and d.kind != "emulated" else None,
     )

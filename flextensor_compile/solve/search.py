@@ -264,12 +264,16 @@ def _pinned_note(problem: Problem) -> str:
     pinned = problem.total_bytes - problem.streamable_bytes
     if not problem.pinned or pinned * 2 < problem.total_bytes:
         return ""
-    reasons = [r for _, r in problem.pinned]
-    common = max(sorted(set(reasons)), key=reasons.count)
-    example = next(n for n, r in problem.pinned if r == common)
+    by_reason: dict[str, int] = {}
+    for (_, reason), size in zip(problem.pinned, problem.pinned_sizes, strict=True):
+        by_reason[reason] = by_reason.get(reason, 0) + size
+    common = max(sorted(by_reason), key=by_reason.__getitem__)  # the most bytes
+    _, example = max((size, name) for (name, reason), size
+                     in zip(problem.pinned, problem.pinned_sizes, strict=True) if reason == common)  # fmt: skip
     return (
         f"; {pinned} of the {problem.total_bytes} weight bytes cannot stream (e.g. "
-        f"{example!r}: {common}); `ftc inspect --explain` on a profile lists why for each"
+        f"{example!r}: {common}); `ftc inspect --explain` on a profile planned at a budget "
+        "that fits lists each one's reason"
     )
 
 

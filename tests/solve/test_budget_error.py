@@ -161,3 +161,17 @@ def test_a_smallest_budget_over_the_device_asks_for_a_larger_device() -> None:
     roomy = replace(stats, device=replace(stats.device, memory_bytes=64 << 20))
     with pytest.raises(BudgetError, match=r"raise --budget to at least \d+ bytes"):
         solve(problem_from_stats(roomy, config))
+
+
+def test_the_cannot_stream_note_names_the_reason_with_the_most_bytes() -> None:
+    """Five tiny tensors pinned as tiny, one large one pinned as its trap runs twice: the note's
+    reason and example are the large one's (it was the commonest reason, by count)."""
+    big, mid, tiny = 100 << 20, 10 << 20, 1 << 10
+    twice = TrapStat("twice", 1.0, (TensorStat("twice.w", big, "int8", (big,)),), calls=2)
+    once = TrapStat("once", 1.0, (TensorStat("once.w", mid, "int8", (mid,)), *(
+        TensorStat(f"once.b{k}", tiny, "int8", (tiny,)) for k in range(5))))  # fmt: skip
+    stats = Stats("mixed", DeviceSpec("dev", 1 << 40, 1e10, kind="target"), (twice, once))
+    with pytest.raises(BudgetError) as caught:
+        solve(problem_from_stats(stats, PlanConfig(budget_bytes=big // 2)))
+    message = str(caught.value)
+    assert "cannot stream (e.g. 'twice.w': its trap runs 2 times per iteration)" in message

@@ -70,11 +70,20 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _share_of_device(budget: int | None, memory: int) -> str:
+    """A budget against the device's memory: a percentage, or a multiple past 10 x (a budget
+    far over an emulated device, whose memory is the model's weights)."""
+    if not budget or memory <= 0:
+        return "device memory unknown"
+    ratio = budget / memory
+    return f"{ratio:.0%} of device" if ratio <= 10 else f"{ratio:.4g} x device memory"
+
+
 def _summary(doc: dict[str, Any]) -> Table:
     dev, tot, pred = doc["device"], doc["totals"], doc["predicted"]
     budget = doc["budget_bytes"]
     memory = dev["memory_bytes"]  # 0 only in a hand-made profile: show it, divide by nothing
-    share = f"{budget / memory:.0%} of device" if budget and memory > 0 else "device memory unknown"
+    share = _share_of_device(budget, memory)
     budget_text = "none (latency mode)" if budget is None else f"{format_bytes(budget)} ({share})"
     reserve = doc["config"].get("activation_reserve_bytes", 0)
     if reserve:  # in latency mode too: the peak counts it

@@ -258,3 +258,17 @@ def test_explain_on_an_edited_profile_suggests_a_replan_with_its_budget(
     replanned = tmp_path / "p.msgpack"
     code, _, err = _run(capsys, ["plan", *hint.group(1).split(), "-o", str(replanned)])
     assert code == 0 and load(replanned).config.budget_bytes == golden.config.budget_bytes, err
+
+
+def test_a_budget_far_over_an_emulated_device_reads_as_a_multiple(tmp_path, capsys) -> None:
+    """`--budget 1PiB` on the emulated device (its memory is the model's weights) printed
+    '22186792960% of device'; past 10 x a budget reads as a multiple."""
+    out = tmp_path / "p.msgpack"
+    code, _, err = _run(capsys, ["plan", str(STATS), "--budget", "1PiB", "-o", str(out)])
+    assert code == 0, err
+    code, text, err = _run(capsys, ["inspect", str(out)])
+    assert code == 0, err
+    assert re.search(r"\d(\.\d+)?e\+\d+ x device memory", text) and "% of device" not in text
+    code, _, err = _run(capsys, ["plan", str(STATS), "--mem-fraction", "0.5", "-o", str(out)])
+    code, text, err = _run(capsys, ["inspect", str(out)])
+    assert "(50% of device)" in text

@@ -58,7 +58,8 @@ _MAX_POINTS = 1000  # budgets one sweep solves: each is a full solve
 
 
 def parse_fractions(spec: str) -> tuple[float, ...]:
-    """`0.2:1.0:0.05` -> 0.2, 0.25, ..., 1.0 (inclusive); `0.3,0.5` -> 0.3, 0.5."""
+    """`0.2:1.0:0.05` -> 0.2, 0.25, ..., 1.0 (inclusive); `0.3,0.5` -> 0.3, 0.5 (in the order
+    given, each once)."""
     try:
         if ":" in spec:
             start, stop, step = (float(x) for x in spec.split(":"))
@@ -93,7 +94,7 @@ def parse_fractions(spec: str) -> tuple[float, ...]:
         raise ConfigError(f"bad fractions {spec!r}; every fraction must be a positive number")
     if len(values) > _MAX_POINTS:
         raise ConfigError(f"fractions {spec!r} list more than {_MAX_POINTS} budgets; list fewer")
-    return values
+    return tuple(dict.fromkeys(values))  # a fraction listed twice is solved and shown once
 
 
 def stats_from_profile(profile: Profile) -> Stats:

@@ -196,6 +196,7 @@ def test_timeline_draws_the_recorded_command_as_written(tmp_path, command: str) 
 def test_parse_fractions() -> None:
     assert parse_fractions("0.2:0.4:0.1") == (0.2, 0.3, 0.4)
     assert parse_fractions("0.5,0.7") == (0.5, 0.7)
+    assert parse_fractions("0.5,0.7,0.5,0.50") == (0.5, 0.7)  # each budget once
     for bad in ("0.4:0.2:0.1", "a:b:c", "0.1:1:0", "-0.5"):
         with pytest.raises(ConfigError):
             parse_fractions(bad)

@@ -68,7 +68,25 @@ def usage_line(exc: Any) -> str:
     """A click usage error as one line that says which `--help` to read."""
     ctx = getattr(exc, "ctx", None)
     where = ctx.command_path if ctx is not None else "ftc"
-    return f"ftc: usage: {_one_line(exc.format_message()).rstrip('.')}; see `{where} --help`"
+    message = _unknown_option(exc, ctx) or exc.format_message()
+    return f"ftc: usage: {_one_line(message).rstrip('.')}; see `{where} --help`"
+
+
+def _unknown_option(exc: Any, ctx: Any) -> str | None:
+    """An unknown option's message: close names of this command's options (not `--help`, which
+    click offers for any name), and the other `ftc` commands that take it (None: not that
+    error)."""
+    if type(exc).__name__ != "NoSuchOption":  # click's, or the copy typer ships
+        return None
+    name = exc.option_name
+    close = [p for p in sorted(exc.possibilities or ()) if p != "--help"]
+    message = f"No such option: {name}" + (f" (did you mean {', '.join(close)}?)" if close else "")
+    group = ctx.parent.command if ctx is not None and ctx.parent is not None else None
+    commands = getattr(group, "commands", {})
+    takes = [f"`ftc {cmd}`" for cmd, command in sorted(commands.items())
+             if command is not ctx.command and any(
+                 name in p.opts or name in p.secondary_opts for p in command.params)]  # fmt: skip
+    return message + (f"; {name} is an option of {' and '.join(takes)}" if takes else "")
 
 
 def label_for(exc: BaseException) -> str | None:

@@ -187,6 +187,13 @@ def test_instrument_files_are_written_whole_and_model_prints_leave_json_alone(
             "ftc plan --help",
         ),
         (["sweep", str(STATS), "--bogus"], "No such option: --bogus", "ftc sweep --help"),
+        # another command's option names that command; click offered --help for any name
+        (["plan", str(STATS), "-o", "a", "--cache", "x"],
+         "No such option: --cache; --cache is an option of `ftc profile`;", "ftc plan --help"),
+        (["sweep", str(STATS), "--explain"],
+         "No such option: --explain; --explain is an option of `ftc inspect`;", "ftc sweep --help"),
+        (["plan", str(STATS), "-o", "a", "--budgte", "1"],
+         "No such option: --budgte (did you mean --budget?);", "ftc plan --help"),
         (["bogus"], "No such command 'bogus'", "ftc --help"),
         (["inspect"], "Missing argument 'profile'", "ftc inspect --help"),
         # an option that takes one value, given twice: click would silently keep the last

@@ -2,7 +2,8 @@
 
 Owns: the `Stats` dataclasses (traps in execution order with compute time and tensors, the
 device and its bandwidth model), reading and writing `stats.json` with one-line errors, so
-`ftc plan stats.json` can re-solve without the model.
+`ftc plan stats.json` can re-solve without the model (each field checked as it is read; the
+checks across fields are `stats_checks`).
 Must not know: torch (stats come from measuring, but this module only holds numbers), the solver.
 
 JSON shape (extra optional fields marked ?):
@@ -27,6 +28,8 @@ from math import prod
 from pathlib import Path
 from typing import Any
 
+from flextensor_compile.stats_checks import check_stats
+from flextensor_compile.stats_checks import stats_error as _err
 from flextensor_runtime.atomic_file import write_atomic
 from flextensor_runtime.errors import StatsFormatError
 from flextensor_runtime.profile import (
@@ -79,11 +82,6 @@ class Stats:
     traps: tuple[TrapStat, ...]
     untrapped: tuple[TensorStat, ...] = ()
     timing_source: str = "stats"
-
-
-def _err(where: str, message: str) -> StatsFormatError:
-    return StatsFormatError(f"stats {where}: {message}; fix the file or re-record it with "
-                            "`ftc profile --save-stats`")  # fmt: skip
 
 
 def _num(doc: dict, key: str, where: str, kind: type = float, required: bool = True,
@@ -261,21 +259,8 @@ def stats_from_json(doc: Any) -> Stats:
         untrapped=tuple(_tensor(t, f"untrapped[{i}]") for i, t in enumerate(untrapped)),
         timing_source=_timing_source(doc),
     )
-    _check_names(stats)
-    _check_split_ties(stats)
-    _check_total(stats)
+    check_stats(stats)
     return stats
-
-
-def _check_split_ties(stats: Stats) -> None:
-    """No untrapped tensor is tied to a trap's tensor that may stream (discovery pins those)."""
-    owner = {t.name: (trap.name, t) for trap in stats.traps for t in trap.tensors}
-    for i, t in enumerate(stats.untrapped):
-        trap, canon = owner.get(t.tie or "", (None, None))
-        if canon is not None and canon.offloadable:
-            raise _err(f"untrapped[{i}].tie", f"untrapped {t.name!r} is tied to {canon.name!r} "
-                       f"of trap {trap!r}, which may stream; list {t.name!r} in that trap's "
-                       f"tensors, or give {canon.name!r} \"offloadable\": false")  # fmt: skip
 
 
 def _timing_source(doc: dict) -> str:
@@ -284,56 +269,6 @@ def _timing_source(doc: dict) -> str:
         raise _err("file.timing_source", f"expected one of {', '.join(TIMING_SOURCES)}, got "
                    f"{source!r:.40}")  # fmt: skip
     return source
-
-
-def _check_total(stats: Stats) -> None:
-    """The weights fit the sizes a profile can record (each tensor does; together they may not)."""
-    total = sum(t.bytes for trap in stats.traps for t in trap.tensors if t.tie is None)
-    total += sum(t.bytes for t in stats.untrapped if t.tie is None)
-    if total > MAX_BYTES:
-        raise _err("tensors", f"the weights total {total} bytes, over the {MAX_BYTES} "
-                   "(1 PiB) a profile can describe")  # fmt: skip
-
-
-def _check_names(stats: Stats) -> None:
-    """Trap and tensor names are unique; a tie names a canonical (untied) tensor."""
-    seen: set[str] = set()
-    for trap in stats.traps:
-        if trap.name in seen:
-            raise _err("traps", f"trap name {trap.name!r} appears twice")
-        seen.add(trap.name)
-    tensors = [t for trap in stats.traps for t in trap.tensors] + list(stats.untrapped)
-    names: set[str] = set()
-    for t in tensors:
-        if t.name in names:
-            raise _err("tensors", f"tensor {t.name!r} is listed twice")
-        names.add(t.name)
-    tie_of = {t.name: t.tie for t in tensors}
-    for t in tensors:
-        if t.tie is None or tie_of.get(t.tie, t.tie) is None:
-            continue
-        if t.tie == t.name:
-            raise _err("tensors", f"tensor {t.name!r} is tied to itself; drop its tie (a tie "
-                       "names the other tensor that holds the same storage)")  # fmt: skip
-        if t.tie not in tie_of:
-            raise _err("tensors", f"tensor {t.name!r} is tied to {t.tie!r}, not a listed tensor; "
-                       "list it or drop the tie")  # fmt: skip
-        root = _tie_root(t.tie, tie_of)
-        fix = f"tie {t.name!r} to {root!r}" if root else "give one of them no tie"
-        raise _err("tensors", f"tensor {t.name!r} is tied to {t.tie!r}, which is itself tied to "
-                   f"{tie_of[t.tie]!r}; a tie names an untied tensor: {fix}")  # fmt: skip
-
-
-def _tie_root(name: str, tie_of: dict[str, str | None]) -> str | None:
-    """The untied tensor a chain of ties from `name` ends at (None: the chain loops or leaves
-    the listed tensors)."""
-    seen = set()
-    while (nxt := tie_of.get(name)) is not None:
-        if name in seen:
-            return None
-        seen.add(name)
-        name = nxt
-    return name if name in tie_of else None
 
 
 def _tensor_json(t: TensorStat) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from flextensor_runtime.vram.enable import enable_vram_management
 from flextensor_runtime.vram.linear import AutoWrappedLinear
 from flextensor_runtime.vram.module import AutoWrappedModule, AutoWrappedNonRecurseModule
 from flextensor_runtime.vram.placement import DISK
+from flextensor_runtime.vram.tied_keys import with_tied_keys
 from flextensor_runtime.vram.vram_section import VramSection
 
 if TYPE_CHECKING:
@@ -111,7 +112,8 @@ def install(
         from flextensor_runtime.diskmap import DiskMap
 
         disk_map = DiskMap(section.checkpoint, config.get("computation_device", "cpu"))
-    chooser = _DiskChooser(set(section.disk_tensors), disk_map, config)
+    # a tie the checkpoint saved once answers to its other names (as the wrappers read them)
+    chooser = _DiskChooser(set(section.disk_tensors), with_tied_keys(model, disk_map), config)
     hidden = [(parent, key, parent._modules[key]) for parent, key in
               (targets.skipped_places if targets is not None else ())]  # fmt: skip
     for parent, key, _ in hidden:  # the walk in enable_vram_management skips None children

@@ -58,3 +58,25 @@ def test_untied_missing_key_is_still_refused(tmp_path) -> None:
     disk_map = DiskMap(tmp_path / "model.safetensors", "cpu")
     with pytest.raises(DiskMapError, match=r"no tensor '1\.weight'"):
         enable_vram_management(plain, {nn.Linear: AutoWrappedLinear}, DISK, disk_map=disk_map)
+
+
+def test_profile_vram_section_reads_a_tie_saved_once(tmp_path) -> None:
+    """A profile's `vram` section listing every tensor on disk, the tied head among them, is
+    installed on a model built on meta (it was refused: 'lm_head.weight' is not in the
+    checkpoint)."""
+    from dataclasses import replace
+
+    from flextensor_runtime.vram.section_install import install
+    from flextensor_runtime.vram.vram_section import parse_vram_spec
+
+    plain = _llama(meta=False)
+    plain.save_pretrained(tmp_path)
+    spec = "map=Linear:linear,Embedding:module,LlamaRMSNorm:module;computation_device=cpu"
+    names = tuple(n for n, _ in plain.named_parameters(remove_duplicate=False))
+    assert "lm_head.weight" in names
+    section = replace(parse_vram_spec(spec), disk_tensors=names)
+    ids = torch.randint(0, 64, (1, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = plain(input_ids=ids).logits
+        model = install(_llama(meta=True), section, DiskMap(tmp_path, "cpu"))
+        assert torch.equal(model(input_ids=ids).logits, expected)

@@ -27,9 +27,14 @@ def uniform_stats(layers: int, compute_ms: float = 1.0, elems: int = 1000) -> St
 
 
 @st.composite
-def random_stats(draw: st.DrawFn, max_traps: int = 8, max_tensors: int = 4) -> Stats:
+def random_stats(
+    draw: st.DrawFn, max_traps: int = 8, max_tensors: int = 4, nested: bool | None = None
+) -> Stats:
+    """`nested`: trap names with parent paths, so `adaptive`'s grouped candidates run (None:
+    drawn)."""
     n = draw(st.integers(1, max_traps))
-    nested = draw(st.booleans())  # names with parent paths: `adaptive`'s grouped candidates run
+    drawn = draw(st.booleans())
+    nested = drawn if nested is None else nested
     traps = []
     names: list[tuple[int, str]] = []
     for i in range(n):

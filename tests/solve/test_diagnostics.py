@@ -185,12 +185,28 @@ def test_the_copy_lane_shows_one_period() -> None:
 
 
 @pytest.mark.filterwarnings("error::UserWarning")  # a glyph no font has warns
-@pytest.mark.parametrize("command", ["ftc plan \x1b[2J", "ftc plan $x^$", "ftc $\\frac{$ x"])
-def test_timeline_draws_the_recorded_command_as_written(tmp_path, command: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "drawn"),
+    [
+        ("ftc plan \x1b[2J", "ftc plan \\x1b[2J"),  # a control character as its escape
+        ("ftc plan $x^$", "ftc plan $x^$"),  # `$...$` is not read as math
+        ("ftc $\\frac{$ x", "ftc $\\frac{$ x"),
+    ],
+)
+def test_timeline_draws_the_recorded_command_as_written(
+    tmp_path, command: str, drawn: str
+) -> None:
+    from xml.sax.saxutils import escape
+
+    import matplotlib
+
     profile = _profile(uniform_stats(8), 0.5)
     odd = replace(profile, meta=replace(profile.meta, command=command))
-    out = plot_timeline(odd, tmp_path / "t.png")  # `$...$` is not read as math
+    out = plot_timeline(odd, tmp_path / "t.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in the SVG
+        svg = plot_timeline(odd, tmp_path / "t.svg").read_text()
+    assert f">{escape(drawn)}: makespan " in svg
 
 
 def test_parse_fractions() -> None:

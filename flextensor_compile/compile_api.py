@@ -241,7 +241,8 @@ def plan_stats(stats: Stats, config: OffloadConfig, *, command: str = "") -> Pro
             raise
         raise BudgetError(
             f"{exc}; or pass --granularity auto: traps at the modules inside these that own "
-            "the weights stage less, so a smaller budget may fit"
+            "the weights stage less, so a smaller budget may fit",
+            least_bytes=exc.least_bytes,
         ) from None
 
 

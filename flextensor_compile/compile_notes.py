@@ -21,10 +21,16 @@ def discovery_notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
     """The device choice's note and what discovery kept resident, and why."""
     r = disc.report
     notes = [device.note] if device.note else []
-    if r.unused:
-        notes.append(f"{count_of(len(r.unused), 'selected module')} never ran and "
-                     f"{'stays' if len(r.unused) == 1 else 'stay'} resident: "
-                     f"{', '.join(r.unused[:3])}{' ...' if len(r.unused) > 3 else ''}")  # fmt: skip
+    never = [p for p in r.unused if p not in r.outside]
+    if never:
+        notes.append(f"{count_of(len(never), 'selected module')} never ran and "
+                     f"{_stay(never)} resident: {_first(never)}")  # fmt: skip
+    if r.outside:
+        notes.append(f"{count_of(len(r.outside), 'selected module')} ran only outside the "
+                     "model's forward (called by run() itself, e.g. an encoder that generate() "
+                     f"runs first) and {_stay(r.outside)} resident: {_first(r.outside)}; a plan "
+                     "covers the model's forward calls: to stream them, let run() reach them "
+                     "through the forward (e.g. one forward with decoder_input_ids)")  # fmt: skip
     if r.conditional:
         notes.append(f"conditional traps kept resident: {', '.join(r.conditional[:3])}")
     if r.cross_reads:
@@ -38,6 +44,14 @@ def discovery_notes(disc: Discovery, device: DeviceChoice) -> tuple[str, ...]:
             f"tied weights shared across traps stay resident: {', '.join(r.split_ties[:3])}"
         )
     return tuple(notes)
+
+
+def _stay(names: list[str] | tuple[str, ...]) -> str:
+    return "stays" if len(names) == 1 else "stay"
+
+
+def _first(names: list[str] | tuple[str, ...]) -> str:
+    return f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
 
 
 def unused_timing_note(config: OffloadConfig) -> tuple[str, ...]:

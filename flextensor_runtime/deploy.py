@@ -11,6 +11,7 @@ Must not know: the compiler, typer or rich; how traps, blocks or copies work ins
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ from flextensor_runtime.offloader_marks import (
 from flextensor_runtime.planned_device import warn_if_other_device
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
+from flextensor_runtime.structure_guard import guard_structure
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.vram_section import VramSection, vram_section_from_extensions
 
@@ -125,6 +127,8 @@ class OffloadHandle:
     vram: Any = None  # the installed `vram` section (wrapped, skipped, disk_modules), if any
     # submodules marked at install (`installed_root` finds the profile from them)
     members: list[nn.Module] = field(default_factory=list, repr=False, compare=False)
+    # removes the hook that refuses setting submodules (`structure_guard`)
+    unguard: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
     @property
     def profile(self) -> Profile:
@@ -166,6 +170,7 @@ class OffloadHandle:
         dep = self.deployment
         if dep.runtime is None:
             return
+        self.unguard()
         if self.cache is not None:
             self.cache.remove()
             self.cache = None
@@ -335,6 +340,7 @@ def offload_from_profile(
         dep.hosts.clear()
         raise
     model.__dict__[_HANDLE_ATTR] = h
+    h.unguard = guard_structure(model)
     _mark_members(h, model)
     current_model.set(model)
     warn_if_other_device(profile.device, be)

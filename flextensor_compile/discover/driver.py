@@ -21,7 +21,13 @@ from flextensor_compile.discover.hooks import Event, TrapHooks
 from flextensor_compile.discover.ownership import Assignment, assign_tensors
 from flextensor_compile.discover.patterns import Selection, select_traps
 from flextensor_compile.discover.reads import ReadRecorder
-from flextensor_compile.discover.slots import SlotPlan, attribute, drop_traps, plan_slots
+from flextensor_compile.discover.slots import (
+    SlotPlan,
+    attribute,
+    drop_traps,
+    entered_outside,
+    plan_slots,
+)
 from flextensor_compile.model_file import Inputs, call_run, inputs_on
 from flextensor_compile.stats import TensorStat
 from flextensor_runtime.errors import ConfigError, ModelFileError
@@ -36,6 +42,7 @@ class DiscoveryReport:
     """What discovery noticed, for the user (all names are module paths or tensor paths)."""
 
     unused: tuple[str, ...] = ()  # selected trap modules never called (kept resident)
+    outside: tuple[str, ...] = ()  # of `unused`: called only outside the model's forward
     nested: tuple[str, ...] = ()  # selected modules only ever called inside another trap
     repeated: dict[str, int] = field(default_factory=dict)  # trap -> calls per iteration
     conditional: tuple[str, ...] = ()  # traps missing from some iterations (kept resident)
@@ -217,8 +224,11 @@ def _report(
     sel: Selection, plan: SlotPlan, hooks: TrapHooks, nested: set[str], assignment: Assignment
 ) -> DiscoveryReport:
     called = set(plan.traps) | nested
+    unused = tuple(p for p in sel.traps if p not in called)
+    outside = entered_outside(hooks.events)
     return DiscoveryReport(
-        unused=tuple(p for p in sel.traps if p not in called),
+        unused=unused,
+        outside=tuple(p for p in unused if p in outside),
         nested=tuple(sorted(nested)),
         repeated={t: n for t, n in plan.calls.items() if n > 1},
         conditional=tuple(sorted(plan.conditional)),

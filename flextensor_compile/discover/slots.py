@@ -55,6 +55,20 @@ def split_iterations(events: list[Event]) -> list[list[Event]]:
     return out
 
 
+def entered_outside(events: list[Event]) -> set[str]:
+    """Traps entered outside every `begin`/`end` pair: called by the workload between or
+    before the model's forwards (an encoder that `generate()` runs itself), not in an
+    iteration."""
+    outside: set[str] = set()
+    inside = False
+    for e in events:
+        if e.kind in ("begin", "end"):
+            inside = e.kind == "begin"
+        elif e.kind == "enter" and not inside:
+            outside.add(e.name)
+    return outside
+
+
 def drop_traps(events: list[Event], dropped: set[str]) -> list[Event]:
     """Remove top-level calls of `dropped` traps; their compute becomes outside compute."""
     out: list[Event] = []

@@ -111,6 +111,29 @@ def test_unused_module_reported_and_resident():
     assert {t.name for t in d.untrapped} >= {"unused.weight", "unused.bias"}
 
 
+def test_a_module_run_only_outside_the_forward_is_named_as_such():
+    """generate() of an encoder-decoder runs the encoder itself, before the first forward: its
+    modules ran, outside every iteration, so the note must not say they never ran."""
+    from types import SimpleNamespace
+
+    from flextensor_compile.compile_notes import discovery_notes
+
+    def run(model, inputs):
+        model.unused(torch.zeros(1, models.DIM))  # the workload's own call, as generate() makes
+        return model(*inputs)
+
+    d = _discover(models.Stack(), models.stack_inputs(), run=run, include=("layers.*", "unused"))
+    assert d.report.unused == ("unused",) and d.report.outside == ("unused",)
+    assert {t.name for t in d.untrapped} >= {"unused.weight", "unused.bias"}
+    no_device = SimpleNamespace(note=None)
+    notes = discovery_notes(d, no_device)  # type: ignore[arg-type]
+    assert not any("never ran" in n for n in notes)
+    assert notes[0].startswith("1 selected module ran only outside the model's forward")
+    d = _discover(models.Stack(), models.stack_inputs(), include=("layers.*", "unused"))
+    assert d.report.outside == ()
+    assert discovery_notes(d, no_device)[0].startswith("1 selected module never ran")  # type: ignore[arg-type]
+
+
 def test_conditional_module_kept_resident():
     model = models.Conditional()
     d = _discover(model, models.x_inputs(), run=models.run_twice)

@@ -152,3 +152,22 @@ def test_real_minilm_lazy_from_its_safetensors() -> None:
     deploy(meta, profile, checkpoint=folder / "model.safetensors")
     with torch.no_grad():
         assert torch.equal(meta(input_ids=ids).last_hidden_state, plain)
+
+
+def test_flux_fuse_qkv_projections_while_deployed_is_refused() -> None:
+    """It read streamed `to_q`/`to_k`/`to_v` weights outside their traps: wrong outputs."""
+    from flextensor_runtime.errors import ConfigError
+    from profiles import flux_small
+
+    model, inputs = flux_small.build_model(), flux_small.example_inputs()
+    blocks = [f"transformer_blocks.{i}" for i in range(2)]
+    blocks += [f"single_transformer_blocks.{i}" for i in range(4)]
+    with torch.no_grad():
+        plain = model(**inputs)[0]
+    order, calls = record_order(model, blocks, **inputs)
+    h = deploy(model, build_profile(model, order, calls=calls, num_blocks=2))
+    with pytest.raises(ConfigError, match="fuse_qkv_projections"):
+        model.fuse_qkv_projections()
+    with torch.no_grad():
+        assert torch.equal(model(**inputs)[0], plain)
+    h.remove()

@@ -47,3 +47,28 @@ def test_resize_token_embeddings_while_deployed_survives_remove() -> None:
     assert model.model.embed_tokens.weight.shape == (160, 64)
     with torch.no_grad():
         assert model(input_ids=torch.tensor([[150]])).logits.shape == (1, 1, 160)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_adding_a_module_built_from_streamed_weights_is_refused(mode) -> None:
+    """diffusers' `fuse_qkv_projections` on a deployed model built `to_qkv` from whatever the
+    memory blocks held (max |diff| 0.1 on a small Flux, silently); now the first new submodule
+    is refused before anything changes. Replacing an existing submodule still works."""
+    from torch import nn
+
+    from flextensor_runtime.errors import ConfigError
+    from tests.runtime.conftest import assert_same, snapshot
+
+    model = tiny_lm()
+    before = snapshot(model)
+    h = deploy(model, build_profile(model, block_names(model), num_blocks=2, mode=mode))
+    up = model.blocks[1].up
+    fused = nn.Linear(up.in_features, up.out_features)
+    with pytest.raises(ConfigError, match=r"adding TinyLM\.blocks\.1\.fused \(Linear\) while an "):
+        model.blocks[1].fused = fused
+    with pytest.raises(ConfigError, match=r"call handle\(model\)\.remove\(\), change the model"):
+        model.add_module("extra", nn.Identity())
+    model.blocks[1].up = up  # the same object, and (below) a replacement, are not additions
+    h.remove()
+    assert_same(model, before)
+    model.blocks[1].fused = fused  # after remove() the model is the user's again

@@ -295,15 +295,17 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str,
 
 
 def ring_candidate(problem: Problem, selection: Selection, strategy: str,
-                   cache: PlanCache) -> RingCandidate | None:  # fmt: skip
+                   cache: PlanCache, tight: bool = False) -> RingCandidate | None:  # fmt: skip
     """The ring plan (as a candidate): one block laid out in as much as the budget leaves
     (latency mode: `ring_need` plus the largest transfer), placed by release and mirrored (the
-    better kept), then cut to the bytes the placement used."""
+    better kept), then cut to the bytes the placement used. `tight`: the ring may be smaller
+    than `ring_need` asks, down to the largest trap's transfer (copies then wait for the bytes
+    the trap before releases: the plan stalls, and fits budgets nothing else does)."""
     pick = cache.pick(problem, selection)
     if not pick.streamed_bytes:
         return None
     resident = problem.total_bytes - pick.streamed_bytes
-    need = ring_need(problem, pick.slot_bytes)
+    need = max(pick.slot_bytes) if tight else ring_need(problem, pick.slot_bytes)
     budget = problem.budget_bytes
     # latency mode (no cap): room for one more transfer, so copies need not wait for bytes
     ring = (

@@ -223,8 +223,13 @@ def least_peak_guess(problem: Problem, layouts: tuple[tuple[int, str], ...],
 
 
 def _least_peak(problem: Problem, pick: Pick, num_blocks: int, order: str) -> int | None:
-    if order == RING:
-        return pick_memory(problem, pick, num_blocks, order)
+    if order == RING:  # a ring down to the largest transfer (it stalls) when every trap streams
+        every = all(len(c) == len(t.items) for c, t in zip(pick.selection, problem.traps,
+                                                            strict=True))  # fmt: skip
+        resident = problem.total_bytes - pick.streamed_bytes + problem.reserve_bytes
+        tight = resident + max(pick.slot_bytes) if every and pick.streamed_bytes else None
+        ring = pick_memory(problem, pick, num_blocks, order)
+        return ring if tight is None or ring is None else min(ring, tight)
     traps = tuple(o for o, s in enumerate(pick.slot_bytes) if s)
     sizes = tuple(pick.slot_bytes[o] for o in traps)
     a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order, problem.min_blocks)

@@ -70,6 +70,7 @@ _RING_FAMILIES = ("knapsack", "adaptive-knapsack", "global-tensor-selection", "n
                   "greedy")  # fmt: skip
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
 _GROUP_GAIN = 1e-3  # so are grouped candidates, unless copies dominate
+_TIGHT_STRATEGIES = ("adaptive", "nth-layer")  # where no plan fits: a ring that stalls
 
 
 def layouts(p: Problem) -> tuple[Layout, ...]:
@@ -184,6 +185,21 @@ def _ring_plans(ctx: Context, names: list[str],
                 yield plan
 
 
+def _tight_ring(ctx: Context) -> Ranked | None:
+    """Where no plan fits the budget (memory mode, the ring allowed): every trap streaming
+    whole (nth-layer's every trap) through a ring smaller than `ring_need`, down to the largest
+    trap's transfer; a copy then waits for the bytes the trap before it releases (it stalls),
+    but budgets down to the bytes that cannot stream plus one trap's transfer fit."""
+    p = ctx.problem
+    if p.budget_bytes is None or not any(lay[1] == RING for lay in layouts(p)):
+        return None
+    every = tuple(tuple(range(len(t.items))) for t in p.traps)
+    plan = ring_candidate(p, every, "nth-layer", ctx.plans, tight=True)
+    if plan is None or plan.peak_bytes > p.budget_bytes or copies_of(plan) > 1 < p.min_blocks:
+        return None
+    return plan
+
+
 def _largest(p: Problem, sel: Selection) -> int:
     return max(sum(t.items[k].slot_bytes for k in ch) for t, ch in zip(p.traps, sel, strict=True))
 
@@ -244,6 +260,8 @@ def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan | None:
         merged = partial(_solve, strategy=DEFAULT_STRATEGY, grouped=False)
         best = _best(grouped_plans(problem, merged, layouts(problem), ctx.plans), best)
     budget = problem.budget_bytes
+    if best is None and strategy in _TIGHT_STRATEGIES:
+        best = _tight_ring(ctx)
     holds_all = budget is not None and problem.total_bytes + problem.reserve_bytes <= budget
     if holds_all or (best is None and budget is None):
         # where the budget holds every weight, keeping all resident competes (no copy can be

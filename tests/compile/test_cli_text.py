@@ -89,10 +89,10 @@ def test_sweep_with_no_plan_suggests_fractions_the_device_holds(
     assert suggested.endswith(":0.619:0.05"), line
     points = _sweep_json(capsys, stats, suggested)
     assert all(p["status"] == "planned" for p in points), points
-    tiny = _small_device_stats(tmp_path, 1_500_000)  # less than the smallest feasible budget
+    tiny = _small_device_stats(tmp_path, 1_000_000)  # less than the smallest feasible budget
     code, out, err = _run(capsys, ["sweep", str(tiny), "--fractions", "0.1"])
     assert code == 0, err
-    assert "more than the device holds (frac 0.295); plan for a larger device" in out, out
+    assert "more than the device holds (frac 0.197); plan for a larger device" in out, out
     # an emulated device holds any budget: past the weights (a large reserve), sweep there
     reserved = tmp_path / "reserved.msgpack"
     code, _, err = _run(capsys, ["plan", str(STATS), "--budget", "8MiB", "--activation-reserve",
@@ -100,7 +100,7 @@ def test_sweep_with_no_plan_suggests_fractions_the_device_holds(
     assert code == 0, err
     code, out, err = _run(capsys, ["sweep", str(reserved), "--fractions", "0.5"])
     assert code == 0 and "more than the device holds" not in out, out
-    assert "(frac 1.414 of the weights); sweep from there, e.g. --fractions 1.414" in out, out
+    assert "(frac 1.259 of the weights); sweep from there, e.g. --fractions 1.259" in out, out
 
 
 def test_a_timeline_of_an_iteration_that_takes_no_time_draws_without_a_warning(

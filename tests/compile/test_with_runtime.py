@@ -190,3 +190,31 @@ def test_a_model_with_a_layer_repeated_in_a_list_deploys_identically(tmp_path):
         model.load_state_dict(reference.state_dict())
         got = deploy.offload_from_profile(model, path, device="cpu")(x)
     assert torch.equal(expected, got)
+
+
+@pytest.mark.parametrize("mode", ["allocation_block_transfer", "strategy", "raw_block_transfer"])
+def test_tight_ring_under_every_other_plan_deploys_with_identical_outputs(tmp_path, mode):
+    """At a budget no plan that hides its copies fits, every trap streams through a ring of
+    about one trap's transfer: copies wait for the trap before (stalls), outputs stay exact."""
+    from dataclasses import replace
+
+    from flextensor_compile.planning import plan_profile
+    from flextensor_compile.solve import problem_from_stats, try_solve
+    from flextensor_compile.solve.plan import PlanCache, ring_candidate
+
+    stats, config = _fixed_timing(mode)
+    problem = problem_from_stats(stats, replace(config, assignment="optimized-round-robin",
+                                                strategy="adaptive"))  # fmt: skip
+    every = tuple(tuple(range(len(t.items))) for t in problem.traps)
+    tight = ring_candidate(replace(problem, budget_bytes=problem.total_bytes), every,
+                           "nth-layer", PlanCache(), tight=True)  # fmt: skip
+    assert tight is not None
+    budget = problem.total_bytes - tight.streamed_bytes + max(
+        sum(problem.traps[o].items[k].slot_bytes for k in ch) for o, ch in enumerate(every)
+    )  # the pinned bytes plus the largest trap's transfer
+    small = replace(config, budget_bytes=budget, assignment="optimized-round-robin",
+                    strategy="adaptive")  # fmt: skip
+    plan = try_solve(problem_from_stats(stats, small))
+    assert plan is not None and plan.peak_bytes <= budget and plan.simulation.stall_ms > 0
+    assert try_solve(problem_from_stats(stats, replace(small, budget_bytes=budget - 4096))) is None
+    _deploys_identically(save(plan_profile(stats, small), tmp_path / "tight.msgpack"))

@@ -208,28 +208,30 @@ def least_budget(problem: Problem, peak_at: Callable[[int], int | None],
 
 
 def least_peak_guess(problem: Problem, layouts: tuple[tuple[int, str], ...],
-                     selections: tuple[Selection, ...]) -> int | None:  # fmt: skip
+                     selections: tuple[Selection, ...], tight: bool = False) -> int | None:  # fmt: skip
     """The least peak of a few plans' selections (usually the smallest budget, for
     `least_budget` to confirm): each of `selections` in each block layout, where its
-    assignment uses the blocks `min_blocks` asks for."""
+    assignment uses the blocks `min_blocks` asks for; `tight`: a ring may be as small as the
+    largest transfer when every trap streams (`adaptive`'s tight ring)."""
     found = []
     for sel in selections:
         pick = pick_of(problem, sel)
         for k, order in layouts:
-            mem = _least_peak(problem, pick, k, order)
+            mem = _least_peak(problem, pick, k, order, tight)
             if mem is not None:
                 found.append(mem)
     return min(found, default=None)
 
 
-def _least_peak(problem: Problem, pick: Pick, num_blocks: int, order: str) -> int | None:
+def _least_peak(problem: Problem, pick: Pick, num_blocks: int, order: str,
+                tight: bool) -> int | None:  # fmt: skip
     if order == RING:  # a ring down to the largest transfer (it stalls) when every trap streams
-        every = all(len(c) == len(t.items) for c, t in zip(pick.selection, problem.traps,
-                                                            strict=True))  # fmt: skip
+        every = tight and all(len(c) == len(t.items) for c, t in zip(pick.selection,
+                                                                     problem.traps, strict=True))  # fmt: skip
         resident = problem.total_bytes - pick.streamed_bytes + problem.reserve_bytes
-        tight = resident + max(pick.slot_bytes) if every and pick.streamed_bytes else None
+        least = resident + max(pick.slot_bytes) if every and pick.streamed_bytes else None
         ring = pick_memory(problem, pick, num_blocks, order)
-        return ring if tight is None or ring is None else min(ring, tight)
+        return ring if least is None or ring is None else min(ring, least)
     traps = tuple(o for o, s in enumerate(pick.slot_bytes) if s)
     sizes = tuple(pick.slot_bytes[o] for o in traps)
     a = assign_blocks(traps, sizes, len(problem.traps), num_blocks, order, problem.min_blocks)

@@ -70,7 +70,6 @@ _RING_FAMILIES = ("knapsack", "adaptive-knapsack", "global-tensor-selection", "n
                   "greedy")  # fmt: skip
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
 _GROUP_GAIN = 1e-3  # so are grouped candidates, unless copies dominate
-_TIGHT_STRATEGIES = ("adaptive", "nth-layer")  # where no plan fits: a ring that stalls
 
 
 def layouts(p: Problem) -> tuple[Layout, ...]:
@@ -185,19 +184,24 @@ def _ring_plans(ctx: Context, names: list[str],
                 yield plan
 
 
-def _tight_ring(ctx: Context) -> Ranked | None:
-    """Where no plan fits the budget (memory mode, the ring allowed): every trap streaming
-    whole (nth-layer's every trap) through a ring smaller than `ring_need`, down to the largest
-    trap's transfer; a copy then waits for the bytes the trap before it releases (it stalls),
-    but budgets down to the bytes that cannot stream plus one trap's transfer fit."""
+def _tight_ring(ctx: Context, best: Ranked | None) -> list[Ranked]:
+    """`adaptive` in memory mode with the ring allowed: every trap streaming whole (nth-layer's
+    every trap) through all the ring the budget leaves, even less than `ring_need`, down to the
+    largest trap's transfer; a copy then waits for the bytes the trap before it releases (it
+    stalls), but budgets down to the bytes that cannot stream plus one trap's transfer fit.
+    Skipped, as the ring is, when `best` is within `_RING_GAIN` of the bound or its copies alone
+    take longer than `best`."""
     p = ctx.problem
     if p.budget_bytes is None or not any(lay[1] == RING for lay in layouts(p)):
-        return None
+        return []
     every = tuple(tuple(range(len(t.items))) for t in p.traps)
+    if best is not None and (best.makespan_ms <= _bound_ms(p) * (1 + _RING_GAIN)
+                             or _cannot_win(ctx, every, (1, RING, 0), best.makespan_ms)):  # fmt: skip
+        return []
     plan = ring_candidate(p, every, "nth-layer", ctx.plans, tight=True)
     if plan is None or plan.peak_bytes > p.budget_bytes or copies_of(plan) > 1 < p.min_blocks:
-        return None
-    return plan
+        return []
+    return [plan]
 
 
 def _largest(p: Problem, sel: Selection) -> int:
@@ -232,7 +236,8 @@ def _least_budget(problem: Problem, strategy: str) -> int | None:
     # all but one trap: with two blocks an odd number of streaming traps cannot all stream
     but_last = tuple(() if streaming and o == streaming[-1] else c for o, c in enumerate(full))
     pairs = tuple(lay[:2] for lay in layouts(problem))
-    guess = least_peak_guess(problem, pairs, (full, but_last, nth_selection(problem, 2)))
+    guess = least_peak_guess(problem, pairs, (full, but_last, nth_selection(problem, 2)),
+                             tight=strategy == DEFAULT_STRATEGY)  # fmt: skip
     return least_budget(problem, peak_at, guess)
 
 
@@ -260,8 +265,8 @@ def _solve(problem: Problem, strategy: str, grouped: bool) -> Plan | None:
         merged = partial(_solve, strategy=DEFAULT_STRATEGY, grouped=False)
         best = _best(grouped_plans(problem, merged, layouts(problem), ctx.plans), best)
     budget = problem.budget_bytes
-    if best is None and strategy in _TIGHT_STRATEGIES:
-        best = _tight_ring(ctx)
+    if strategy == DEFAULT_STRATEGY:
+        best = _best(_tight_ring(ctx, best), best)
     holds_all = budget is not None and problem.total_bytes + problem.reserve_bytes <= budget
     if holds_all or (best is None and budget is None):
         # where the budget holds every weight, keeping all resident competes (no copy can be

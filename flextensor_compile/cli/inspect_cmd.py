@@ -17,23 +17,17 @@ from flextensor_compile.cli.streams import dash_is_stdout
 __all__ = ["register"]
 
 
+_EXPLAIN_HELP = "Say why each tensor streams or stays, and list the blocks."
+_TIMELINE_HELP = "Draw one iteration's compute and copy lanes to this PNG."
+
+
 def inspect(
     profile: Path = typer.Argument(..., help="An offload profile (.msgpack) written by ftc."),
     as_json: bool = typer.Option(
         False, "--json", metavar=FLAG, help="Print the stable JSON document."
     ),
-    explain: bool = typer.Option(
-        False,
-        "--explain",
-        metavar=FLAG,
-        help="Say why each tensor streams or stays, and list the blocks.",
-    ),
-    timeline: Path = typer.Option(
-        None,
-        "--timeline",
-        help="Draw one iteration's compute and copy lanes to this PNG.",
-        callback=dash_is_stdout,
-    ),
+    explain: bool = typer.Option(False, "--explain", metavar=FLAG, help=_EXPLAIN_HELP),
+    timeline: Path = typer.Option(None, "--timeline", help=_TIMELINE_HELP, callback=dash_is_stdout),
 ) -> None:
     """Show a profile: model, device, budget, resident/streamed bytes, blocks, predictions, traps."""
     from flextensor_compile.cli.inputs import check_regular_file

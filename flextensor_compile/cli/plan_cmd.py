@@ -21,34 +21,26 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
+_STATS_HELP = "A stats file (JSON) written by `ftc profile`, or a profile (.msgpack)."
+_OUT_HELP = "Where to write the profile (.msgpack)."
+_FRACTION_HELP = "Fraction of device memory weights may use (memory mode)."
+_BLOCKS_HELP = "Blocks to assign into: at most this many (default: 1, 2 and 3 tried)."
+_SEED_HELP = "Seed recorded in the plan (as `ftc profile`'s)."
+_JSON_HELP = "Print the profile's inspect document."
+
+
 def plan(
-    stats: Path = typer.Argument(
-        ..., help="A stats file (JSON) written by `ftc profile`, or a profile (.msgpack)."
-    ),
-    out: Path = typer.Option(
-        ...,
-        "-o",
-        "--output",
-        help="Where to write the profile (.msgpack).",
-        callback=dash_is_stdout,
-    ),
-    mem_fraction: float = typer.Option(
-        None, "--mem-fraction", help="Fraction of device memory weights may use (memory mode)."
-    ),
+    stats: Path = typer.Argument(..., help=_STATS_HELP),
+    out: Path = typer.Option(..., "-o", "--output", help=_OUT_HELP, callback=dash_is_stdout),
+    mem_fraction: float = typer.Option(None, "--mem-fraction", help=_FRACTION_HELP),
     budget: str = typer.Option(None, "--budget", help="Bytes weights may use, e.g. 6GiB."),
     activation_reserve: str = typer.Option(None, "--activation-reserve", help=RESERVE_HELP),
     strategy: str = typer.Option("adaptive", "--strategy", help=STRATEGY_HELP),
-    num_blocks: int = typer.Option(
-        None,
-        "--num-blocks",
-        help="Blocks to assign into: at most this many (default: 1, 2 and 3 tried).",
-    ),
+    num_blocks: int = typer.Option(None, "--num-blocks", help=_BLOCKS_HELP),
     min_blocks: int = typer.Option(1, "--min-blocks", help="Fewest memory blocks to use."),
     assignment: str = typer.Option("optimized-round-robin", "--assignment", help=ASSIGNMENT_HELP),
-    seed: int = typer.Option(0, "--seed", help="Seed recorded in the plan (as `ftc profile`'s)."),
-    as_json: bool = typer.Option(
-        False, "--json", metavar=FLAG, help="Print the profile's inspect document."
-    ),
+    seed: int = typer.Option(0, "--seed", help=_SEED_HELP),
+    as_json: bool = typer.Option(False, "--json", metavar=FLAG, help=_JSON_HELP),
 ) -> None:
     """Solve a stats file (or a profile's measurements) into an offload profile.
 

@@ -158,20 +158,7 @@ def _run(opts: dict[str, Any]) -> None:
     save_stats, instrument = opts["save_stats"], opts["instrument"]
     quiet, as_json = opts["quiet"], opts["as_json"]
     config = _config(opts)
-    from flextensor_compile.cli.paths import check_distinct, check_output_dir, check_output_file
-
-    check_output_file(output, "-o", "profile.msgpack")  # a bad path fails before the model is built
-    check_output_file(save_stats, "--save-stats", "stats.json")
-    check_output_dir(instrument, "--instrument")
-    check_stdout_outputs(as_json, [("-o", output)])
-    check_stdout_outputs(as_json, [("--save-stats", save_stats)], binary=False)  # JSON text
-    from flextensor_compile.compile_api import INSTRUMENT_PARTS
-
-    model_path = Path(model) if Path(model).is_file() else None
-    parts = [] if instrument is None else [instrument / f"{p}.json" for p in INSTRUMENT_PARTS]
-    check_distinct([("--instrument", instrument), *(("--instrument", p) for p in parts),
-                    ("-o", output), ("--save-stats", save_stats)],
-                   [("the model file", model_path)])  # fmt: skip
+    _check_outputs(model, output, save_stats, instrument, as_json)
     from flextensor_compile import compile_api
     from flextensor_compile.model_file import build_model, load_model_spec, make_inputs
     from flextensor_compile.profile_sections import add_sections, section_options
@@ -204,6 +191,25 @@ def _run(opts: dict[str, Any]) -> None:
     save(prof, output_at)
     with text_off_stdout(output, save_stats):
         _finish(compile_api, c, prof, output, instrument_at, quiet, as_json, bars.console)
+
+
+def _check_outputs(model: str, output: Path, save_stats: Path | None, instrument: Path | None,
+                   as_json: bool) -> None:  # fmt: skip
+    """Every output path is writable, distinct and not the model file: bad paths fail before
+    the model is built."""
+    from flextensor_compile.cli.paths import check_distinct, check_output_dir, check_output_file
+    from flextensor_compile.compile_api import INSTRUMENT_PARTS
+
+    check_output_file(output, "-o", "profile.msgpack")
+    check_output_file(save_stats, "--save-stats", "stats.json")
+    check_output_dir(instrument, "--instrument")
+    check_stdout_outputs(as_json, [("-o", output)])
+    check_stdout_outputs(as_json, [("--save-stats", save_stats)], binary=False)  # JSON text
+    model_path = Path(model) if Path(model).is_file() else None
+    parts = [] if instrument is None else [instrument / f"{p}.json" for p in INSTRUMENT_PARTS]
+    check_distinct([("--instrument", instrument), *(("--instrument", p) for p in parts),
+                    ("-o", output), ("--save-stats", save_stats)],
+                   [("the model file", model_path)])  # fmt: skip
 
 
 def _plan(api: Any, stats: Any, config: Any, saved: Path | None) -> Any:

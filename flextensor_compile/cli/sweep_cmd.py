@@ -58,33 +58,28 @@ def _override(config: PlanConfig, strategy: str | None, assignment: str | None) 
     return config
 
 
+_FRACTIONS_HELP = (
+    "Budgets as fractions of the weight bytes: START:STOP:STEP or a list like 0.3,0.5."
+)
+_STRATEGY_HELP = STRATEGY_HELP.rstrip(".") + " (default: the profile's, or adaptive)."
+_ASSIGNMENT_HELP = (
+    ASSIGNMENT_HELP.rstrip(".") + " (default: the profile's, or optimized-round-robin)."
+)
+_JOBS_HELP = (
+    "Worker processes for the budgets, at most one per CPU (1: none; default: one per CPU when "
+    "the first budget's solve says the rest would take over 2 s)."
+)
+
+
 def sweep(
     source: Path = typer.Argument(..., help="A stats file (JSON) or a profile (.msgpack)."),
-    fractions: str = typer.Option(
-        "0.2:1.0:0.05",
-        "--fractions",
-        help="Budgets as fractions of the weight bytes: START:STOP:STEP or a list like 0.3,0.5.",
-    ),
-    strategy: str = typer.Option(
-        None,
-        "--strategy",
-        help=STRATEGY_HELP.rstrip(".") + " (default: the profile's, or adaptive).",
-    ),
-    assignment: str = typer.Option(
-        None,
-        "--assignment",
-        help=ASSIGNMENT_HELP.rstrip(".") + " (default: the profile's, or optimized-round-robin).",
-    ),
+    fractions: str = typer.Option("0.2:1.0:0.05", "--fractions", help=_FRACTIONS_HELP),
+    strategy: str = typer.Option(None, "--strategy", help=_STRATEGY_HELP),
+    assignment: str = typer.Option(None, "--assignment", help=_ASSIGNMENT_HELP),
     plot: Path = typer.Option(
         None, "--plot", help="Also draw the curve to this PNG.", callback=dash_is_stdout
     ),
-    jobs: int = typer.Option(
-        None,
-        "--jobs",
-        min=1,
-        help="Worker processes for the budgets, at most one per CPU (1: none; default: one per "
-        "CPU when the first budget's solve says the rest would take over 2 s).",
-    ),
+    jobs: int = typer.Option(None, "--jobs", min=1, help=_JOBS_HELP),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print the points as JSON."),
 ) -> None:
     """The memory/speed curve: re-solve at each budget and show what the plan predicts."""

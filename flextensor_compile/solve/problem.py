@@ -229,10 +229,31 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
                 "'module' or move its tensors to the trap that reads them"
             )
     reasons = _pin_reasons(stats)
-    canon_bytes: dict[str, int] = {}
-    for t in _all(stats):
-        if t.tie is None:
-            canon_bytes[t.name] = t.bytes
+    canon_bytes = {t.name: t.bytes for t in _all(stats) if t.tie is None}
+    traps = _trap_specs(stats, reasons)
+    d = stats.device
+    curve = tuple((p.bytes, p.bytes_per_s) for p in d.bandwidth_curve)
+    pinned = tuple(sorted((n, r) for n, r in reasons.items() if n in canon_bytes))
+    return Problem(
+        traps=traps,
+        bandwidth=BandwidthModel.from_curve(curve, d.h2d_bytes_per_s, d.h2d_latency_ms),
+        total_bytes=sum(canon_bytes.values()),
+        budget_bytes=_budget(stats, config),
+        reserve_bytes=config.activation_reserve_bytes,
+        transfer_budget_scale=config.transfer_budget_scale,
+        num_blocks=config.num_blocks,
+        min_blocks=config.min_blocks,
+        assignment=config.assignment,
+        pinned=pinned,
+        pinned_sizes=tuple(canon_bytes[n] for n, _ in pinned),
+        fraction_of_bytes=d.memory_bytes if config.mem_fraction is not None else None,
+        device_bytes=d.memory_bytes if d.memory_bytes > 0 and d.kind != "emulated" else None,
+    )
+
+
+def _trap_specs(stats: Stats, reasons: dict[str, str]) -> tuple[TrapSpec, ...]:
+    """Each trap's streamable items (canonical, not pinned, not under 1/`TINY_RATIO` of its
+    largest, which join `reasons`) and the bytes it keeps resident."""
     pinned_by_trap: dict[int, int] = defaultdict(int)
     traps = []
     for order, trap in enumerate(stats.traps):
@@ -252,24 +273,7 @@ def problem_from_stats(stats: Stats, config: PlanConfig) -> Problem:
         items.sort(key=lambda it: it.name)
         traps.append(TrapSpec(trap.name, trap.kind, trap.compute_ms, tuple(items),
                               pinned_by_trap[order]))  # fmt: skip
-    d = stats.device
-    curve = tuple((p.bytes, p.bytes_per_s) for p in d.bandwidth_curve)
-    pinned = tuple(sorted((n, r) for n, r in reasons.items() if n in canon_bytes))
-    return Problem(
-        traps=tuple(traps),
-        bandwidth=BandwidthModel.from_curve(curve, d.h2d_bytes_per_s, d.h2d_latency_ms),
-        total_bytes=sum(canon_bytes.values()),
-        budget_bytes=_budget(stats, config),
-        reserve_bytes=config.activation_reserve_bytes,
-        transfer_budget_scale=config.transfer_budget_scale,
-        num_blocks=config.num_blocks,
-        min_blocks=config.min_blocks,
-        assignment=config.assignment,
-        pinned=pinned,
-        pinned_sizes=tuple(canon_bytes[n] for n, _ in pinned),
-        fraction_of_bytes=d.memory_bytes if config.mem_fraction is not None else None,
-        device_bytes=d.memory_bytes if d.memory_bytes > 0 and d.kind != "emulated" else None,
-    )
+    return tuple(traps)
 
 
 def _all(stats: Stats) -> list[TensorStat]:

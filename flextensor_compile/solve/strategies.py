@@ -90,8 +90,9 @@ def layouts(p: Problem) -> tuple[Layout, ...]:
 
 
 def _one_block_fallback(p: Problem) -> bool:
-    """With the ring in memory mode a one-block layout only adds the plans that fit the
-    smallest budgets (every other trap streaming): tried when nothing else fitted."""
+    """With the ring in memory mode a one-block layout mostly adds the plans that fit the
+    smallest budgets (every other trap streaming): a family tries it when none of its plans
+    with blocks fitted (under `adaptive` too, so it is never slower than the family alone)."""
     return p.budget_bytes is not None and p.assignment == "optimized-round-robin"
 
 
@@ -124,6 +125,7 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
     p = ctx.problem
     made: dict[tuple[Selection, tuple[int, str]], Ranked | None] = {}  # built once per layout
     best = math.inf
+    fitted: dict[str, float] = {}  # family -> its best plan with blocks so far
 
     def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Ranked]:
         """`name`'s plans with `lay`; a selection another family made already comes again
@@ -148,11 +150,12 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
             if best > _bound_ms(p) * (1 + _RING_GAIN):  # else no ring plan can gain enough
                 yield from _ring_plans(ctx, names, plans)
             continue
-        if lay[0] == 1 and best < math.inf and _one_block_fallback(p):
-            continue
         for name in names:
+            if lay[0] == 1 and fitted.get(name, math.inf) < math.inf and _one_block_fallback(p):
+                continue  # one block is the family's fallback (as when it runs alone)
             for plan in plans(name, lay):
                 best = min(best, plan.makespan_ms)
+                fitted[name] = min(fitted.get(name, math.inf), plan.makespan_ms)
                 yield plan
 
 

@@ -79,3 +79,25 @@ def test_adaptive_is_never_slower_than_one_of_its_strategies(
             continue
         assert best is not None, strategy
         assert best.makespan_ms <= alone.makespan_ms * (1 + 1e-9) + 1e-12, strategy
+
+
+def test_a_family_with_no_block_plan_tries_one_block_under_adaptive_too() -> None:
+    """Greedy alone fell back to one block (18.688 ms) where no plan of its with two or three
+    blocks fitted; under adaptive, another family's two-block plan fitting skipped that
+    fallback for every family, and adaptive planned 22.016 ms."""
+    from flextensor_compile.stats import Stats, TensorStat, TrapStat
+    from flextensor_runtime.profile import DeviceSpec
+
+    def trap(name: str, ms: float, *sizes: tuple[int, bool]) -> TrapStat:
+        tensors = tuple(TensorStat(f"{name}.{k}", b, "bfloat16", (b // 2,), offloadable=o)
+                        for k, (b, o) in enumerate(sizes))  # fmt: skip
+        return TrapStat(name, ms, tensors)
+
+    stats = Stats("one-block", DeviceSpec("test", 1 << 40, 1e6, kind="target"), (
+        trap("a", 0.0), trap("b", 0.0, (2, False), (8340, True)),
+        trap("c", 5.0, (798, False), (194, True), (8056, True), (72, True)), trap("d", 0.0),
+        trap("e", 0.0, (5122, True), (9986, True), (2, False))))  # fmt: skip
+    problem = problem_from_stats(stats, PlanConfig(budget_bytes=int(total_bytes(stats) * 0.765625)))
+    alone, best = try_solve(problem, "greedy"), try_solve(problem)
+    assert alone is not None and best is not None
+    assert best.makespan_ms <= alone.makespan_ms * (1 + 1e-9)

@@ -57,6 +57,19 @@ def deploy(model: nn.Module, profile: Profile, **kwargs) -> OffloadHandle:
     return handle(model)
 
 
+def deploy_runs_unchanged(model: nn.Module, profile: Profile, inputs: tuple, plain: torch.Tensor,
+                          runs: int = 3) -> tuple[OffloadHandle, Snapshot]:  # fmt: skip
+    """Deploy `profile` on `model` and check `runs` forwards of `inputs` give `plain` without a
+    stall; the handle, and the model's snapshot from before (for `assert_same` after remove)."""
+    before = snapshot(model)
+    h = deploy(model, profile)
+    with torch.no_grad():
+        for _ in range(runs):
+            assert torch.equal(model(*inputs), plain)
+    assert h.report().stalls == 0
+    return h, before
+
+
 @pytest.fixture
 def cpu_backend() -> CpuBackend:
     return CpuBackend()

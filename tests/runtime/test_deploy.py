@@ -9,7 +9,7 @@ from torch import nn
 from flextensor_runtime.deploy import handle, load_profile, offload_from_profile
 from flextensor_runtime.errors import ConfigError
 from flextensor_runtime.profile import dumps, save
-from tests.runtime.conftest import assert_same, deploy, snapshot
+from tests.runtime.conftest import assert_same, deploy, deploy_runs_unchanged, snapshot
 from tests.runtime.models import MlpBlock, SharedBlockNet, block_names, tiny_lm
 from tests.runtime.plans import build_profile, record_order
 
@@ -29,12 +29,7 @@ def test_tiny_lm_identical_in_every_mode(mode: str, num_blocks: int, prefetch: i
                             gaps_after=["blocks.1"])  # fmt: skip
     with torch.no_grad():
         plain = model(ids)
-    before = snapshot(model)
-    h = deploy(model, profile)
-    with torch.no_grad():
-        for _ in range(3):
-            assert torch.equal(model(ids), plain)
-    assert h.report().stalls == 0
+    h, before = deploy_runs_unchanged(model, profile, (ids,), plain)
     h.remove()
     assert_same(model, before)
     with torch.no_grad():
@@ -189,12 +184,7 @@ def test_tied_weight_read_by_a_later_trap_is_held_until_then(mode: str) -> None:
     assert embed.release_after == block_names(model).index("head")
     with torch.no_grad():
         plain = model(ids)
-    before = snapshot(model)
-    h = deploy(model, profile)
-    with torch.no_grad():
-        for _ in range(3):
-            assert torch.equal(model(ids), plain)
-    assert h.report().stalls == 0
+    h, before = deploy_runs_unchanged(model, profile, (ids,), plain)
     assert h.backend.peak_held_bytes <= profile.predicted.peak_bytes
     h.remove()
     assert_same(model, before)

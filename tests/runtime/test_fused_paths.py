@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.runtime.conftest import assert_same, deploy, snapshot
+from tests.runtime.conftest import assert_same, deploy, deploy_runs_unchanged
 from tests.runtime.plans import build_profile, record_order
 
 MODES = ("allocation_block_transfer", "strategy", "raw_block_transfer")
@@ -32,12 +32,7 @@ def test_encoder_layer_fast_path_runs_the_leaf_traps(mode: str) -> None:
     names = [f"layers.{i}.{leaf}" for i in range(3) for leaf in LEAVES]
     order, calls = record_order(model, names, x)
     profile = build_profile(model, order, calls=calls, num_blocks=2, prefetch=1, mode=mode)
-    before = snapshot(model)
-    h = deploy(model, profile)
-    with torch.no_grad():
-        for _ in range(2):
-            assert torch.equal(model(x), plain)
-    assert h.report().stalls == 0
+    h, before = deploy_runs_unchanged(model, profile, (x,), plain, runs=2)
     h.remove()
     assert_same(model, before)
     assert all(not layer._forward_pre_hooks for layer in model.layers)  # the fast path is back

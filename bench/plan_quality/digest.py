@@ -2,7 +2,9 @@
 OUT.json [--against BASE.json] [--instances ...] [--fractions F ...]`.
 
 Solves every plan-quality case (each instance x link x budget) under both copy models at module
-and at leaf granularity, and the module cases with exactly two and three blocks, and writes per
+and at leaf granularity, the module cases with exactly two and three blocks, and the wide
+random instances of `wide` (sizes that thin every subset table; `--no-wide` leaves them out),
+and writes per
 case a SHA-256 of the whole plan: strategy, selection, blocks, transfers, bytes and every
 simulation figure (floats by `repr`, so a change in the last bit shows), with the strategy and
 makespan beside it to read. `--against` compares with an earlier file and exits 1 on any
@@ -17,10 +19,11 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from bench.plan_quality import auto
+from bench.plan_quality import auto, wide
 from bench.plan_quality.__main__ import FRACTIONS, _cases
 from bench.plan_quality.copy_models import COPY_MODELS
 from bench.plan_quality.instances import INSTANCES
@@ -61,10 +64,17 @@ def _problems(names: list[str], fractions: tuple[float, ...]) -> Iterator[tuple[
                 yield f"{model_name} {name} {link} {frac:g} blocks={blocks}", problem
 
 
-def digests(names: list[str], fractions: tuple[float, ...] = FRACTIONS) -> dict[str, list[str]]:
+def _wide_problems() -> Iterator[tuple[str, Problem]]:
+    for label, problem in wide.wide_problems(list(wide.SHAPES), list(wide.FRACTIONS)):
+        yield f"wide {label}", problem
+
+
+def digests(names: list[str], fractions: tuple[float, ...] = FRACTIONS,
+            with_wide: bool = True) -> dict[str, list[str]]:  # fmt: skip
     """Case -> `plan_digest` of its `adaptive` plan, or ['BudgetError', message]."""
     out: dict[str, list[str]] = {}
-    for key, problem in _problems(names, fractions):
+    cases = _problems(names, fractions)
+    for key, problem in chain(cases, _wide_problems()) if with_wide else cases:
         try:
             out[key] = plan_digest(solve(problem, "adaptive"))
         except BudgetError as exc:  # a fixed block count may fit no plan: that is an outcome too
@@ -83,8 +93,9 @@ def main() -> None:
     ap.add_argument("--against", type=Path, help="digests from before the change")
     ap.add_argument("--instances", nargs="*", default=list(INSTANCES))
     ap.add_argument("--fractions", type=float, nargs="*", default=list(FRACTIONS))
+    ap.add_argument("--no-wide", action="store_true", help="leave out the wide random instances")
     args = ap.parse_args()
-    new = digests(args.instances, tuple(args.fractions))
+    new = digests(args.instances, tuple(args.fractions), not args.no_wide)
     args.out.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
     print(f"{len(new)} plans digested into {args.out}")
     if args.against is None:

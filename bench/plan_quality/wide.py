@@ -27,7 +27,7 @@ from flextensor_compile.stats import Stats, TensorStat, TrapStat
 from flextensor_runtime.errors import BudgetError
 from flextensor_runtime.profile import PlanConfig
 
-__all__ = ["SHAPES", "TARGET_SHAPE", "wide_stats"]
+__all__ = ["FRACTIONS", "SHAPES", "TARGET_SHAPE", "wide_problems", "wide_stats"]
 
 SHAPES = ((80, 24), (40, 100), (10, 400))  # traps x tensors (random sizes)
 TARGET_SHAPE = (80, 24)  # solves of this shape are held to the suite's MAX_SOLVE_MS
@@ -46,7 +46,9 @@ def wide_stats(traps: int, tensors: int, seed: int = 0) -> Stats:
     return Stats(f"wide-{traps}x{tensors}", device(BANDWIDTHS["pcie4"]), tuple(out))
 
 
-def _problems(shapes: list[tuple[int, int]], fractions: list[float]) -> list[tuple[str, Problem]]:
+def wide_problems(
+    shapes: list[tuple[int, int]], fractions: list[float]
+) -> list[tuple[str, Problem]]:
     cases = []
     for traps, tensors in shapes:
         stats = wide_stats(traps, tensors)
@@ -77,7 +79,7 @@ def main() -> None:
     ap.add_argument("--fractions", nargs="*", type=float, default=list(FRACTIONS))
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    cases = _problems(args.shapes, args.fractions)
+    cases = wide_problems(args.shapes, args.fractions)
     best, reference = [float("inf")] * len(cases), float("inf")
     for _ in range(max(1, args.repeats)):
         for k, (_, problem) in enumerate(cases):

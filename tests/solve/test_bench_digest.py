@@ -30,7 +30,7 @@ def test_digest_sees_the_last_bit_of_a_plan() -> None:
 
 def test_digest_command_against_itself_and_a_changed_file(tmp_path, monkeypatch, capsys) -> None:
     base = tmp_path / "base.json"
-    argv = ["digest", str(base), "--instances", "wan-14b-480p", "--fractions", "0.9"]
+    argv = ["digest", str(base), "--instances", "wan-14b-480p", "--fractions", "0.9", "--no-wide"]
     monkeypatch.setattr(sys, "argv", argv)
     digest.main()
     doc = json.loads(base.read_text())
@@ -44,3 +44,9 @@ def test_digest_command_against_itself_and_a_changed_file(tmp_path, monkeypatch,
     with pytest.raises(SystemExit) as exc:
         digest.main()
     assert exc.value.code == 1 and f"differs: {key}" in capsys.readouterr().out
+
+
+def test_digests_cover_the_wide_instances_by_default() -> None:
+    keys = [key for key, _ in digest._wide_problems()]
+    assert len(keys) == 12 and len(set(keys)) == 12  # 3 shapes x 4 budgets
+    assert "wide 80x24 0.3" in keys

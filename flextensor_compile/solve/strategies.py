@@ -70,6 +70,8 @@ _RING_FAMILIES = ("knapsack", "adaptive-knapsack", "global-tensor-selection", "n
                   "greedy")  # fmt: skip
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
 _GROUP_GAIN = 1e-3  # so are grouped candidates, unless copies dominate
+_TIGHT_TRIES = 12  # traps the tight ring's descent tries keeping resident per round
+_TIGHT_ROUNDS = 4  # and its rounds (each keeps one more trap resident)
 
 
 def layouts(p: Problem) -> tuple[Layout, ...]:
@@ -193,18 +195,57 @@ def _tight_ring(ctx: Context, best: Ranked | None) -> list[Ranked]:
     largest trap's transfer; a copy then waits for the bytes the trap before it releases (it
     stalls), but budgets down to the bytes that cannot stream plus one trap's transfer fit.
     Skipped, as the ring is, when `best` is within `_RING_GAIN` of the bound or its copies alone
-    take longer than `best`."""
+    take longer than `best`. From there a descent keeps traps resident (`_tight_descent`)."""
     p = ctx.problem
     if p.budget_bytes is None or not any(lay[1] == RING for lay in layouts(p)):
         return []
     every = tuple(tuple(range(len(t.items))) for t in p.traps)
-    if best is not None and (best.makespan_ms <= _bound_ms(p) * (1 + _RING_GAIN)
-                             or _cannot_win(ctx, every, (1, RING, 0), best.makespan_ms)):  # fmt: skip
+    if best is not None and best.makespan_ms <= _bound_ms(p) * (1 + _RING_GAIN):
         return []
-    plan = ring_candidate(p, every, "nth-layer", ctx.plans, tight=True)
+    tight = _tight_plan(ctx, every, best)
+    if tight is None:
+        return []
+    return [_tight_descent(ctx, every, tight)]
+
+
+def _tight_plan(ctx: Context, sel: Selection, best: Ranked | None) -> RingCandidate | None:
+    """`sel`'s tight ring plan when it fits and may beat `best` (None otherwise)."""
+    p = ctx.problem
+    assert p.budget_bytes is not None
+    if best is not None and _cannot_win(ctx, sel, (1, RING, 0), best.makespan_ms):
+        return None
+    plan = ring_candidate(p, sel, "nth-layer", ctx.plans, tight=True)
     if plan is None or plan.peak_bytes > p.budget_bytes or copies_of(plan) > 1 < p.min_blocks:
-        return []
-    return [plan]
+        return None
+    if best is not None and plan.rank_key() >= best.rank_key():
+        return None
+    return plan
+
+
+def _tight_descent(ctx: Context, sel: Selection, plan: RingCandidate) -> RingCandidate:
+    """From the tight ring's plan of `sel`, keep one more trap resident while that ranks better
+    (the ring shrinks by its bytes, its copies go: with a per-copy latency a small trap costs
+    more to copy than its bytes are worth), trying per round up to `_TIGHT_TRIES` streaming
+    traps (the smallest and the largest transfers first) and at most `_TIGHT_ROUNDS` rounds."""
+    slot_bytes = ctx.problem.item_slot_bytes
+    for _ in range(_TIGHT_ROUNDS):
+        streaming = sorted((sum(slot_bytes[o][k] for k in ch), o) for o, ch in enumerate(sel) if ch)
+        if len(streaming) < 2:
+            break
+        half = _TIGHT_TRIES // 2
+        tries = (
+            streaming if len(streaming) <= _TIGHT_TRIES else streaming[:half] + streaming[-half:]
+        )
+        found = None
+        for _, o in tries:
+            fewer = tuple(() if i == o else ch for i, ch in enumerate(sel))
+            better = _tight_plan(ctx, fewer, plan if found is None else found[1])
+            if better is not None:
+                found = (fewer, better)
+        if found is None:
+            break
+        sel, plan = found
+    return plan
 
 
 def _largest(p: Problem, sel: Selection) -> int:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from flextensor_compile.config import plan_command
 from flextensor_compile.planning import plan_profile, solve_stats
 from flextensor_compile.solve import problem_from_stats, solve
-from flextensor_compile.solve.plan import build_plan
+from flextensor_compile.solve.plan import PlanCache, build_plan, ring_candidate
 from flextensor_compile.solve.ring import ring_layout, ring_need
 from flextensor_compile.solve.simulate import CopyJob, simulate
 from flextensor_compile.stats import Stats, TrapStat
@@ -174,3 +174,28 @@ def test_ring_in_latency_mode_stages_at_most_ring_need_and_one_more_transfer() -
 def test_ring_with_more_blocks_is_a_config_error(extra) -> None:
     with pytest.raises(ConfigError, match="ring assignment uses one block"):
         problem_from_stats(moe_stats(), PlanConfig(assignment="ring", **extra))
+
+
+def latency_bound_stats() -> Stats:
+    """Six traps on a fast link with 0.5 ms a copy: a small trap costs more to copy than its
+    bytes are worth, and at 65% of the weights only the tight ring fits."""
+    sizes = ((500, 2048), (1_572_864,), (166_666,), (2_621_440, 1_572_864, 500),
+             (2_621_440, 3_670_016), (524_288, 2048, 524_288, 8_388_608))  # fmt: skip
+    compute = (0.01, 0.379, 0.0, 0.1, 1.0, 0.1)
+    traps = tuple(TrapStat(f"l{i}", ms, tuple(tensor(f"l{i}.{k}", e) for k, e in enumerate(t)))
+                  for i, (t, ms) in enumerate(zip(sizes, compute, strict=True)))  # fmt: skip
+    return Stats("latency-bound", device(1e12, 0.5), traps)
+
+
+def test_tight_ring_keeps_traps_resident_when_their_copies_cost_more() -> None:
+    stats = latency_bound_stats()
+    budget = int(0.65 * total_bytes(stats))
+    problem, plan = solve_stats(stats, PlanConfig(budget_bytes=budget))
+    every = tuple(tuple(range(len(t.items))) for t in problem.traps)
+    whole = ring_candidate(problem, every, "nth-layer", PlanCache(), tight=True)
+    assert whole is not None and whole.peak_bytes <= budget  # every trap streaming fits
+    assert plan.peak_bytes <= budget
+    assert plan.selection != every and any(plan.selection)  # some traps stay resident
+    pairs = zip(plan.selection, problem.traps, strict=True)
+    assert all(len(ch) in (0, len(t.items)) for ch, t in pairs)  # whole traps
+    assert plan.makespan_ms < whole.makespan_ms / 1.4

@@ -340,11 +340,19 @@ def offload_from_profile(
         dep.hosts.clear()
         raise
     model.__dict__[_HANDLE_ATTR] = h
-    h.unguard = guard_structure(model)
+    h.unguard = guard_structure(model, _placements(dep))
     _mark_members(h, model)
     current_model.set(model)
     warn_if_other_device(profile.device, be)
     return model
+
+
+def _placements(dep: Deployment) -> Callable[[], dict[int, str]]:
+    """`id()` of each profile parameter and buffer as it is now -> its (canonical's) placement."""
+    placement = {e.name: e.placement for e in dep.profile.all_tensors()}
+    names = {e.name: e.tie or e.name for e in dep.profile.all_tensors() if e.kind != "inner"}
+    refs = dep.binding.refs
+    return lambda: {id(refs[n].tensor): placement[canon] for n, canon in names.items()}
 
 
 def _mark_members(h: OffloadHandle, model: nn.Module) -> None:

@@ -33,20 +33,88 @@ def test_remove_leaves_data_the_user_replaced(mode, name) -> None:
     assert all(torch.equal(after[k], v) for k, v in plain.items() if k != name)  # others restored
 
 
-def test_resize_token_embeddings_while_deployed_survives_remove() -> None:
+def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
-    model = LlamaForCausalLM(config).eval()
-    traps = ["model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm", "lm_head"]
-    h = deploy(model, build_profile(model, traps, num_blocks=2))
-    model.resize_token_embeddings(160, mean_resizing=False)
-    h.remove()
-    assert model.model.embed_tokens.weight.shape == (160, 64)
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=False)  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_resize_token_embeddings_while_deployed_is_refused(mode) -> None:
+    """It rebuilt the streamed embeddings and head from their values outside their traps
+    (one-element placeholders in the strategy and raw modes, whatever the block last held in
+    allocation mode): logits off by up to 0.54, silently, and in the strategy and raw modes the
+    next trap put the 128 old rows back. Now it is refused before any change, with the fix."""
+    from flextensor_runtime.errors import ConfigError
+    from tests.runtime.conftest import assert_same, snapshot
+
+    model = _tiny_llama()
+    ids = torch.tensor([[1, 2, 3, 127]])
     with torch.no_grad():
-        assert model(input_ids=torch.tensor([[150]])).logits.shape == (1, 1, 160)
+        plain = model(input_ids=ids).logits
+    before = snapshot(model)
+    traps = ["model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm", "lm_head"]
+    h = deploy(model, build_profile(model, traps, num_blocks=2, mode=mode))
+    placed = {e.name: e.placement for e in h.profile.all_tensors()}
+    assert placed["model.embed_tokens.weight"] == placed["lm_head.weight"] == "streamed"
+    with torch.no_grad():
+        model(input_ids=ids)
+    fix = r"resize before deploying: call handle\(model\)\.remove\(\), then resize_token_embeddings"
+    with pytest.raises(ConfigError, match=r"^LlamaForCausalLM\.resize_token_embeddings\(\) while an "
+                       rf"offload profile is installed is not supported: .*; {fix}"):  # fmt: skip
+        model.resize_token_embeddings(160, mean_resizing=False)
+    with pytest.raises(ConfigError, match=r"^LlamaForCausalLM\.model\.resize_token_embeddings"):
+        model.model.resize_token_embeddings(pad_to_multiple_of=64)
+    assert model.resize_token_embeddings() is model.model.embed_tokens  # only returns it
+    assert model.config.vocab_size == 128
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, plain)
+    h.remove()
+    assert_same(model, before)
+    model.resize_token_embeddings(160, mean_resizing=False)  # the fix: resize, then deploy
+    assert model.model.embed_tokens.weight.shape == (160, 64)
+    assert model.lm_head.weight.shape == (160, 64)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_replacing_a_profile_weight_with_another_parameter_is_refused(mode) -> None:
+    """`up.weight = nn.Parameter(...)` put an object the runtime does not fill where a streamed
+    weight was; a streamed weight registered under another name was read outside its trap.
+    Both, and replacing a resident weight, are refused before any change."""
+    from torch import nn
+
+    from flextensor_runtime.errors import ConfigError
+    from tests.runtime.conftest import assert_same, snapshot
+
+    model = tiny_lm()
+    ids = torch.tensor([[1, 5, 9, 63]])
+    with torch.no_grad():
+        plain = model(ids)
+    before = snapshot(model)
+    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.1"],
+                                    num_blocks=2, mode=mode))  # fmt: skip
+    up = model.blocks[1].up
+    with pytest.raises(ConfigError, match=r"^replacing the streamed weight TinyLM\.blocks\.1\.up\."
+                       r"weight with another parameter while an offload profile is installed is "
+                       r"not supported: .*; call handle\(model\)\.remove\(\), change the weights"):  # fmt: skip
+        up.weight = nn.Parameter(torch.zeros_like(up.weight))
+    with pytest.raises(ConfigError, match=r"^replacing the resident weight TinyLM\.norm\.weight "):
+        model.norm.weight = nn.Parameter(torch.ones(32))
+    with pytest.raises(ConfigError, match=r"^setting TinyLM\.blocks\.0\.alias to a streamed weight"):
+        model.blocks[0].alias = up.weight
+    up.weight = up.weight  # the same object (tie_weights on tied weights): nothing changes
+    model.head.weight = model.embed.weight
+    model.blocks[0].extra = nn.Parameter(torch.ones(1))  # a new weight, not the profile's
+    del model.blocks[0].extra
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain)
+    h.remove()
+    assert_same(model, before)
+    up.weight = nn.Parameter(torch.zeros_like(up.weight))  # after remove() it is the user's
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -307,7 +307,8 @@ def enable_vram_management(
     with unchanged_on_error(model):
         model = _install(model, plan)
     _turn_off_fused_paths(model)
-    model.vram_management_enabled = True  # type: ignore[assignment]
+    # the returned model's own marker (on a wrapper, `setattr` would write the wrapped module's)
+    model.__dict__["vram_management_enabled"] = True
     return model
 
 

@@ -3,7 +3,8 @@
 Owns: managing all parameters of a subtree (or only a module's direct ones), keeping buffers
 resident at the computation device, disk materialisation and meta placeholders, compute copies
 (swapped in for one call, or cloned; each carries its parameter's inner tensor fields, moved as
-`field_moves` says), and attribute fall-through to the wrapped module.
+`field_moves` says), and attribute reads and writes falling through to the wrapped module
+(a parameter written through the wrapper is moved to the stored placement).
 Must not know: how modules are chosen for wrapping (see `enable`), Linear specifics.
 """
 
@@ -38,7 +39,7 @@ class AutoWrappedModule(AutoTorchModule):
     device (floating ones cast to the computation dtype) and stay resident. A forward promotes
     when `vram_limit` allows, then runs the module directly when the stored placement is the
     computation placement, or with computation copies swapped in for that call only. Attribute
-    access falls through to the wrapped module.
+    reads, writes and deletions fall through to the wrapped module, except the wrapper's own.
     """
 
     def __init__(
@@ -91,6 +92,91 @@ class AutoWrappedModule(AutoTorchModule):
             if module is None:
                 raise
             return getattr(module, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A write of one of the wrapper's own attributes stays on the wrapper; any other goes
+        to the wrapped module, as reads do (a flag, a submodule, a parameter), so the module
+        sees it. A parameter is moved to the stored placement first (see `_write_through`)."""
+        module = self.__dict__.get("_modules", {}).get("module")
+        if module is None or self._owns(name):
+            super().__setattr__(name, value)
+        else:
+            self._write_through(module, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        module = self._modules.get("module")
+        if module is None or self._owns(name):
+            super().__delattr__(name)
+        else:
+            delattr(module, name)
+
+    def _owns(self, name: str) -> bool:
+        """Whether `name` is the wrapper's own: set on it (its options, `state`, `stored`,
+        `module`), or defined by its class (methods such as `forward`, properties)."""
+        own = (self.__dict__, self._parameters, self._buffers, self._modules)
+        return any(name in d for d in own) or hasattr(type(self), name)
+
+    def _write_through(self, module: nn.Module, name: str, value: Any) -> None:
+        """Set `name` on the wrapped module. A parameter (or a submodule, whose parameters the
+        wrapper manages too) is moved to the stored placement, so forwards and transitions see
+        it where they expect the managed weights; refused on the disk tier, whose weights are
+        read from the disk map at each use and would ignore it."""
+        if not isinstance(value, (nn.Parameter, nn.Module)):
+            setattr(module, name, value)
+            if isinstance(value, torch.Tensor) and name in module._buffers:
+                self._settle_buffers()
+            return
+        assert self.stored is not None
+        if self.stored.on_disk and self._managed():
+            raise ConfigError(
+                f"setting {name!r} through the wrapper of {self.name or type(module).__name__!r}: "
+                "its weights are on the disk tier, read from its disk_map at each use, so a new "
+                f"{type(value).__name__} would be ignored; call wrapper.load_from_disk(dtype, "
+                "device) first to take them off the disk tier, or write the weights into the "
+                "checkpoint"
+            )
+        if isinstance(value, nn.Parameter):
+            value = self._placed(name, value)
+        had, previous = hasattr(module, name), getattr(module, name, None)
+        setattr(module, name, value)
+        try:
+            self._settle_parameters()
+            self._settle_buffers()
+        except BaseException:  # e.g. a meta parameter: the module keeps what it had
+            if had:
+                setattr(module, name, previous)
+            else:
+                delattr(module, name)
+            raise
+
+    def _placed(self, name: str, param: nn.Parameter) -> nn.Parameter:
+        """`param` at the stored placement: itself when it is there already, else a copy."""
+        return self._moved({name: param}).get(name, param)
+
+    def _settle_parameters(self) -> None:
+        """Move the managed parameters that are not at the stored placement there."""
+        moved = self._moved(self._managed())
+        if moved:
+            replace_parameters(self.module, moved, self._recurse_params)
+
+    def _moved(self, params: Mapping[str, torch.Tensor]) -> dict[str, nn.Parameter]:
+        """Copies at the stored placement of those of `params` (by managed name) that are not
+        there (device, dtype where the placement sets one, pinned where `_pin_host`)."""
+        target = self.stored
+        assert target is not None and not target.on_disk
+        device, pin = target.torch_device(), self._pin_host(target)
+        made: dict[str, torch.Tensor] = {}
+        for n, p in params.items():
+            dtype = self._placement_dtype(n, target)
+            exact = dtype is None or not p.is_floating_point() or p.dtype == dtype
+            if str(p.device) == target.device and exact and (p.is_pinned() or not pin):
+                continue
+            copy_ = self.cast_to(p.detach(), dtype, device)
+            made[n] = copy_.pin_memory() if pin and not copy_.is_pinned() else copy_
+        if not made:
+            return {}
+        fields = fields_at({n: params[n] for n in made}, device, pin, self._read_field)
+        return {n: with_fields(t, params[n], fields) for n, t in made.items()}
 
     def _managed_root(self) -> nn.Module:
         return self.module

@@ -1,5 +1,5 @@
 """Bit-identical outputs (CPU, eval) installed vs plain and after `.remove()` for transformers
-Llama and Mixtral, a diffusers transformer, and the real MiniLM checkpoint."""
+Llama, Mixtral and BERT, a diffusers transformer, and the real MiniLM checkpoint."""
 
 from __future__ import annotations
 
@@ -66,6 +66,25 @@ def test_llama(mode: str) -> None:
         "lm_head",
     ]
     _check(model, traps, _runner(model, lambda o: o.logits, input_ids=ids), mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bert(mode: str) -> None:
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=32)  # fmt: skip
+    model = BertModel(config).eval()
+    ids = torch.randint(0, 100, (2, 10), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    traps = ["embeddings", *(f"encoder.layer.{i}" for i in range(3)), "pooler"]
+
+    def both(out) -> torch.Tensor:  # every token's state and the pooler's output (its trap)
+        return torch.cat([out.last_hidden_state.flatten(), out.pooler_output.flatten()])
+
+    _check(model, traps, _runner(model, both, input_ids=ids, attention_mask=mask), mode)
 
 
 def test_llama_attention_and_mlp_traps_with_gaps() -> None:

@@ -13,6 +13,7 @@ an on-entry copy); and `ring_need`, the staging a selection needs so the engine 
 (in bytes, or in whole tensors: what the mirrored placement needs).
 A two-block plan stages two transfers at once; the ring stages one transfer plus what the engine
 copies while it is read.
+Which placement last wrote each byte, and where bytes free up first, is `ring_paint`'s.
 Must not know: time beyond one trap's compute (for `ring_need`), budgets, the profile format.
 """
 
@@ -23,11 +24,9 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from flextensor_compile.solve.problem import ALIGN_BYTES, Problem
+from flextensor_compile.solve.ring_paint import RingPaint
 
 __all__ = ["RingPiece", "ring_layout", "ring_need"]
-
-_OWN = 1 << 62  # "held by the trap being placed": never overwritten by its own tensors
-_AVOID = _OWN - 1  # bytes the next trap (next iteration) reads: only if nothing else fits
 
 
 class RingPiece(NamedTuple):
@@ -41,101 +40,7 @@ class RingPiece(NamedTuple):
     issue_at: int
 
 
-class _Paint:
-    """Which placement last wrote each byte of the ring: sorted, disjoint segments covering it
-    (each ends where the next starts, the last at `ring`)."""
-
-    def __init__(self, ring_bytes: int) -> None:
-        self.ring = ring_bytes
-        self.starts = [0]
-        self.when = [-1]  # global placement time of the writer's trap (-1: never written)
-
-    def earliest(
-        self, size: int, own: int, avoid: tuple[tuple[int, int], ...] = ()
-    ) -> tuple[int, int]:
-        """(offset, availability) of the `size`-byte range whose latest writer is oldest, never
-        one `own` (the latest time painted: the trap being placed) wrote; a range overlapping
-        `avoid` only when no other fits."""
-        best_at, best_time = -1, _OWN
-        starts, when, ring = self.starts, self.when, self.ring
-        for i, a in enumerate(starts):
-            end = a + size
-            if end > ring:
-                break
-            latest = when[i]
-            if latest >= best_time:  # its latest writer is no older: not better
-                continue
-            j = bisect_left(starts, end, i + 1)
-            if j > i + 1:
-                latest = max(when[i:j])
-            if latest == own:  # `own` is the latest time painted: it counts as `_OWN`
-                continue
-            if latest < best_time and any(a < y and x < end for x, y in avoid):
-                latest = _AVOID
-            if latest < best_time:
-                best_at, best_time = a, latest
-        return best_at, best_time
-
-    def latest(self, a: int, b: int, own: int = -2) -> int:
-        """The latest writer of [a, b) (`_OWN` where it is `own`)."""
-        starts = self.starts
-        i = bisect_right(starts, a) - 1
-        writers = self.when[i : bisect_left(starts, b, i + 1)]
-        return _OWN if own in writers else max(writers)
-
-    def write(self, a: int, b: int, when: int) -> None:
-        """Paint [a, b) as written at `when`; neighbours painted at the same time merge (a
-        window starting inside such a run is never better than one starting at its start)."""
-        starts, whens = self.starts, self.when
-        i = bisect_right(starts, a) - 1
-        j = bisect_left(starts, b, i)  # the first segment starting at or after b
-        count = len(starts)
-        if j == i + 1 and self._within(i, a, b, when):
-            return
-        new_s, new_w = [a], [when]
-        if starts[i] < a:
-            new_s, new_w = [starts[i], a], [whens[i], when]
-        if (starts[j] if j < count else self.ring) > b:  # the last segment goes on after b
-            new_s.append(b)
-            new_w.append(whens[j - 1])
-        if i > 0 and new_w[0] == whens[i - 1]:  # merge with the run before
-            i -= 1
-            new_s[0] = starts[i]
-        if j < count and new_w[-1] == whens[j]:  # and with the run after
-            j += 1
-        starts[i:j], whens[i:j] = new_s, new_w
-
-    def _within(self, i: int, a: int, b: int, when: int) -> bool:
-        """`write` of [a, b) inside segment i, in the two common cases, with no list made:
-        from its start (after a run of `when`, which grows), or up to its end; False (nothing
-        done) otherwise."""
-        starts, whens = self.starts, self.when
-        j = i + 1
-        end = starts[j] if j < len(starts) else self.ring
-        kept = whens[i]
-        if i > 0 and whens[i - 1] == (when if starts[i] == a else kept):
-            if starts[i] == a and end > b and (j == len(starts) or whens[j] != kept):
-                starts[i] = b  # the run of `when` before grows over [a, b)
-                return True
-            return False
-        if starts[i] == a:
-            if end > b and (j == len(starts) or whens[j] != kept):
-                whens[i] = when
-                starts.insert(j, b)
-                whens.insert(j, kept)
-                return True
-            return False
-        if end == b:
-            if j < len(starts) and whens[j] == when:
-                starts[j] = a  # the run of `when` after grows over [a, b)
-            else:
-                starts.insert(j, a)
-                whens.insert(j, when)
-            return True
-        return False
-
-
-def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Paint,
+def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: RingPaint,
            base: int, first: int = 0) -> list[tuple[int, int, int, int]] | None:  # fmt: skip
     """The placement of traps `first`.. from `paint`'s state: (trap, item, offset, slot
     bytes). Each tensor goes where its bytes free up first, so part of a trap's copy can run
@@ -169,12 +74,14 @@ def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: _Pai
     return out
 
 
-def _split(paint: _Paint, order: int, chosen: tuple[int, ...], sizes: list[int], now: int,
+def _split(paint: RingPaint, order: int, chosen: tuple[int, ...], sizes: list[int], now: int,
            avoid: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int, int]] | None:  # fmt: skip
     """Trap `order`'s tensors (trap, item, offset, slot bytes), largest first, each where its
     bytes free up first, or next to the trap's tensors already placed when that frees up no
     later than the trap's copy needs anyway (fewer, larger copies); in address order. None
-    (state unchanged) when the free bytes are too fragmented."""
+    (state unchanged) when the free bytes are too fragmented. Tensors placed beside are
+    painted before the next is placed where its bytes free up first, or when the trap is done
+    (the paint's segments are maximal, so that paints the same)."""
     if len(chosen) == 1:  # one tensor: where its bytes free up first
         size = sizes[0]
         at, _ = paint.earliest(size, now, avoid)
@@ -184,52 +91,80 @@ def _split(paint: _Paint, order: int, chosen: tuple[int, ...], sizes: list[int],
         return [(order, chosen[0], at, size)]
     saved = (list(paint.starts), list(paint.when))
     out: list[tuple[int, int, int, int]] = []
-    runs: list[list[int]] = []  # [start, end] of the trap's placed bytes
+    runs: list[list[int]] = []  # the trap's placed bytes and what is free beside: `_beside`
     needed = -1  # the latest availability among the trap's tensors placed so far
     for j in sorted(range(len(chosen)), key=sizes.__getitem__, reverse=True):  # stable
         size = sizes[j]
-        at = _beside(paint, runs, size, now, needed, avoid) if runs else -1
+        at = _beside(runs, size)
         if at < 0:
+            _flush(paint, runs, now)
             at, when = paint.earliest(size, now, avoid)
             if at < 0:
                 paint.starts, paint.when = saved
                 return None
             if when > needed:
                 needed = when
-        end = at + size
-        paint.write(at, end, now)
+            paint.write(at, at + size, now)
+            _join(runs, at, at + size)
+            for run in runs:  # what is free beside each stretch by `needed` (it may be later)
+                run[2], run[3] = paint.free_beside(run[0], run[1], needed, now, avoid)
         out.append((order, chosen[j], at, size))
-        for run in runs:  # extend the run it touches, else start one
-            if run[1] == at or run[0] == end:
-                if at < run[0]:
-                    run[0] = at
-                if end > run[1]:
-                    run[1] = end
-                break
-        else:
-            runs.append([at, end])
+    _flush(paint, runs, now)
     out.sort(key=itemgetter(2))  # address order
     return out
 
 
-def _beside(paint: _Paint, runs: list[list[int]], size: int, now: int, needed: int,
-            avoid: tuple[tuple[int, int], ...]) -> int:  # fmt: skip
-    """An offset right after or before the trap's placed bytes that is free by `needed`
-    (-1: none)."""
-    ring, starts, when = paint.ring, paint.starts, paint.when
-    for a, b in runs:
-        for at in (b, a - size):
-            end = at + size
-            if at < 0 or end > ring or (avoid and any(at < y and x < end for x, y in avoid)):
-                continue
-            i = bisect_right(starts, at) - 1
-            latest = when[i]
-            j = bisect_left(starts, end, i + 1)
-            if j > i + 1:
-                latest = max(when[i:j])
-            if latest <= needed and latest != now:  # `now`, the latest time painted, is own
-                return at
-    return -1
+def _beside(runs: list[list[int]], size: int) -> int:
+    """The offset of a `size`-byte tensor placed right after or before a stretch of the trap's
+    placed bytes (the first stretch with room; after before before), that stretch grown over
+    it (-1: none has room). `runs` holds [start, end, low, high, painted start, painted end]
+    of each stretch: [low, start) and [end, high) are free no later than the trap's copy
+    needs anyway, and [painted start, painted end) is painted yet. A stretch the tensor
+    touches that comes first would have had room, so the one grown is the first it touches;
+    the free bytes beside the others end where it begins."""
+    for run in runs:
+        at = run[1]
+        if at + size <= run[3]:
+            run[1] = end = at + size
+            break
+        end = run[0]
+        if end - size >= run[2]:
+            run[0] = at = end - size
+            break
+    else:
+        return -1
+    if len(runs) > 1:
+        for other in runs:
+            if other is not run:
+                if other[1] <= at < other[3]:
+                    other[3] = at
+                elif other[2] < end <= other[0]:
+                    other[2] = end
+    return at
+
+
+def _join(runs: list[list[int]], at: int, end: int) -> None:
+    """Add the painted bytes [at, end) to `runs` (as `_beside` has them): the first stretch
+    they touch grows, else a new one starts."""
+    for run in runs:
+        if run[1] == at or run[0] == end:
+            if at < run[0]:
+                run[0] = run[4] = at
+            if end > run[1]:
+                run[1] = run[5] = end
+            return
+    runs.append([at, end, at, end, at, end])
+
+
+def _flush(paint: RingPaint, runs: list[list[int]], now: int) -> None:
+    """Paint what the stretches in `runs` grew by since they were last painted."""
+    for run in runs:
+        if run[0] < run[4]:
+            paint.write(run[0], run[4], now)
+            run[4] = run[0]
+        if run[5] < run[1]:
+            paint.write(run[5], run[1], now)
+            run[5] = run[1]
 
 
 def _mirror(problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes: int
@@ -281,11 +216,11 @@ def ring_layout(
         if placed is None:
             return None
         runs = _runs(placed)
-        paint, shift = _Paint(ring_bytes), 0  # the kept placement, repeated
+        paint, shift = RingPaint(ring_bytes), 0  # the kept placement, repeated
         for order, a, b, _, _ in runs:
             paint.write(a, b, order)
     else:
-        paint = _Paint(ring_bytes)
+        paint = RingPaint(ring_bytes)
         first, tail, slot_bytes = n, 0, problem.item_slot_bytes
         while first > 0 and tail < 2 * ring_bytes:
             first -= 1
@@ -297,48 +232,67 @@ def ring_layout(
         if placed is None:
             return None
         runs, shift = _runs(placed), n  # the kept pass painted each placed byte n + its trap
-    pieces, ends = _pieces(placed, runs, paint, n, shift)  # a piece's items are adjacent
-    return tuple([RingPiece(o, a, end - a, tuple(ks), i)
-                  for (o, a, ks, i), end in zip(pieces, ends, strict=True)])  # fmt: skip
+    pieces, items = _pieces(placed, runs, paint, n, shift)  # a piece's items are adjacent
+    return tuple([RingPiece(o, a, end - a, tuple(items[lo:hi]), i)
+                  for o, lo, hi, a, end, i in pieces])  # fmt: skip
 
 
 def _pieces(placed: list[tuple[int, int, int, int]], runs: list[tuple[int, int, int, int, int]],
-            cyclic: _Paint, n: int, shift: int
-            ) -> tuple[list[tuple[int, int, list[int], int]], list[int]]:  # fmt: skip
-    """(trap, offset, items, issue_at) of each transfer, and its end: a tensor is issued after the last
-    writer of its bytes in steady state, and joins the transfer before it when that is its
-    trap's, issued at the same point and adjacent (a run inside one written stretch: at once).
+            cyclic: RingPaint, n: int, shift: int
+            ) -> tuple[list[list[int]], list[int]]:  # fmt: skip
+    """[trap, lo, hi, offset, end, issue_at] of each transfer (`placed[lo:hi]`), and the items
+    of `placed`: a tensor is issued after the last writer of its bytes in steady state, and
+    joins the transfer before it when that is its trap's, issued at the same point and adjacent.
     `cyclic` holds, on every placed byte, `shift` + the last trap whose tensors cover it (the
     previous iteration's last writer; what it holds elsewhere is never read); each trap done
     paints its runs `shift` + n + trap, so this iteration's writers rank above."""
-    starts, when = cyclic.starts, cyclic.when  # `write` updates them in place
-    pieces: list[tuple[int, int, list[int], int]] = []
-    ends: list[int] = []
-    last_trap = last_issue = last_end = -1  # the last piece's trap, issue point and end
+    offsets = [x[2] for x in placed]
+    pieces: list[list[int]] = []
+    last: list[int] = [-1, 0, 0, 0, -1, -1]  # the last piece (trap, lo, hi, offset, end, issue)
     written = 0  # runs before this one are painted as done
     for r, (order, a, b, lo, hi) in enumerate(runs):
-        i = bisect_right(starts, a) - 1
-        if i + 1 == len(starts) or starts[i + 1] >= b:  # one last writer for the whole run
-            units = [(a, [x[1] for x in placed[lo:hi]], b, when[i])]
-        else:  # per tensor: (offset, [item], end, latest writer of its bytes)
-            units = [(at, [k], at + size, max(when[bisect_right(starts, at) - 1 :
-                                                   bisect_left(starts, at + size)]))
-                     for _, k, at, size in placed[lo:hi]]  # fmt: skip
-        for at, items, end, writer in units:
+        for x, y, writer in _units(cyclic, offsets, a, b, lo, hi):
             issue = ((writer % n if writer >= 0 else order) + 1) % n  # after the last writer
-            if last_trap == order and last_issue == issue and last_end == at:
-                pieces[-1][2].extend(items)
-                ends[-1] = end
+            at, end = offsets[x], offsets[y] if y < hi else b
+            if last[0] == order and last[5] == issue and last[4] == at:
+                last[2], last[4] = y, end
             else:
-                pieces.append((order, at, items, issue))
-                ends.append(end)
-                last_trap, last_issue = order, issue
-            last_end = end
+                last = [order, x, y, at, end, issue]
+                pieces.append(last)
         if r + 1 == len(runs) or runs[r + 1][0] != order:  # the trap is done: it writes
             for _, x, y, _, _ in runs[written : r + 1]:
                 cyclic.write(x, y, shift + n + order)
             written = r + 1
-    return pieces, ends
+    return pieces, [x[1] for x in placed]
+
+
+def _units(cyclic: RingPaint, offsets: list[int], a: int, b: int, lo: int, hi: int
+           ) -> list[tuple[int, int, int]]:  # fmt: skip
+    """(x, y, latest writer) of each stretch `x:y` of the run [a, b) of adjacent tensors
+    `lo:hi` (at `offsets`) whose tensors have the same latest writer in `cyclic`: the
+    tensors inside one of its segments, and each tensor that reaches over a segment's end."""
+    starts, when = cyclic.starts, cyclic.when
+    count = len(starts)
+    s = bisect_right(starts, a) - 1  # the segment holding tensor x's first byte
+    units: list[tuple[int, int, int]] = []
+    x = lo
+    while s + 1 < count and starts[s + 1] < b:
+        cut = starts[s + 1]
+        y = bisect_left(offsets, cut, x, hi)  # tensors x:y start in segment s
+        if y < hi and offsets[y] == cut:  # none reaches over the segment's end
+            units.append((x, y, when[s]))
+            x, s = y, s + 1
+            continue
+        if y - 1 > x:
+            units.append((x, y - 1, when[s]))
+        end = offsets[y] if y < hi else b  # tensor y - 1 reaches over `cut` to here
+        j = bisect_left(starts, end, s + 1)
+        units.append((y - 1, y, max(when[s:j])))
+        if y == hi:
+            return units
+        x, s = y, bisect_right(starts, end, s) - 1
+    units.append((x, hi, when[s]))
+    return units
 
 
 def _runs(placed: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int, int]]:

@@ -43,6 +43,8 @@ __all__ = [
 
 Selection = tuple[tuple[int, ...], ...]  # per trap: indexes into its `items` that stream
 _IDLE_TOLERANCE = 1e-3  # a ring plan this close to its busier lane is not also placed mirrored
+# the ring's placements, in the order tried: (mirrored, stacked); by release first
+_PLACEMENTS = ((False, False), (True, False), (False, True))
 RING = "ring"  # the block order naming the ring layout (one block, tensors placed by release)
 _TRAP_ISSUE_BYTES = itemgetter(0, 4, 2)  # of a RingPiece: (trap, issue_at, bytes), a copy's key
 
@@ -297,8 +299,9 @@ def _build_ring(problem: Problem, selection: Selection, strategy: str,
 def ring_candidate(problem: Problem, selection: Selection, strategy: str,
                    cache: PlanCache, tight: bool = False) -> RingCandidate | None:  # fmt: skip
     """The ring plan (as a candidate): one block laid out in as much as the budget leaves
-    (latency mode: `ring_need` plus the largest transfer), placed by release and mirrored (the
-    better kept), then cut to the bytes the placement used. `tight`: the ring may be smaller
+    (latency mode: `ring_need` plus the largest transfer), placed by release, mirrored, and
+    stacked where the others' split copies cost more than whole ones (the best kept), then cut
+    to the bytes the placement used. `tight`: the ring may be smaller
     than `ring_need` asks, down to the largest trap's transfer (copies then wait for the bytes
     the trap before releases: the plan stalls, and fits budgets nothing else does)."""
     pick = cache.pick(problem, selection)
@@ -315,10 +318,12 @@ def ring_candidate(problem: Problem, selection: Selection, strategy: str,
         return None
     # the placements' plans differ only in makespan and ring bytes: the Plan of the better only
     best: tuple[tuple[float, int], tuple[RingPiece, ...], Simulation] | None = None
-    for mirrored in (False, True):
+    for mirrored, stacked in _PLACEMENTS:
         if best is not None and best[2].makespan_ms <= _busy_ms(best[2]) * (1 + _IDLE_TOLERANCE):
             break  # the engine or the compute stream (nearly) never idles
-        pieces = ring_layout(problem, selection, ring, mirrored)
+        if stacked and best is not None and not _splits_cost(problem, pick, *best[1:], cache):
+            continue  # stacking only saves the cost of split copies
+        pieces = ring_layout(problem, selection, ring, mirrored, stacked)
         if pieces is None:
             continue
         sim = _ring_simulation(problem, pieces, cache)
@@ -329,6 +334,16 @@ def ring_candidate(problem: Problem, selection: Selection, strategy: str,
         return None
     return RingCandidate(problem, selection, strategy, best[1], best[0][1], resident,
                          pick.streamed_bytes, best[2], cache)  # fmt: skip
+
+
+def _splits_cost(problem: Problem, pick: Pick, pieces: tuple[RingPiece, ...], sim: Simulation,
+                 cache: PlanCache) -> bool:  # fmt: skip
+    """Whether copying `pieces` takes the engine more than `_IDLE_TOLERANCE` of the makespan
+    longer than copying each trap's transfer whole (each copy has its cost: latency, or a
+    lower rate for small copies)."""
+    split = sum(cache.copies_ms(problem.bandwidth, [x.bytes for x in pieces]))
+    whole = sum(cache.copies_ms(problem.bandwidth, [b for b in pick.slot_bytes if b]))
+    return split - whole > sim.makespan_ms * _IDLE_TOLERANCE
 
 
 def _busy_ms(sim: Simulation) -> float:

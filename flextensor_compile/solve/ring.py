@@ -5,7 +5,8 @@ single block of `ring_bytes`, each where the bytes it needs are released earlies
 on ties; never over bytes its own trap holds), or beside the trap's tensors already placed when
 those bytes are free no later than the trap's copy needs anyway, so the copy engine can fill the
 next traps' tensors into whatever the running trap does not hold; the mirrored placement (traps
-alternate between the ring's two ends, smallest tensors outermost); turning a placement into
+alternate between the ring's two ends, smallest tensors outermost); the stacked placement (every
+trap from offset 0, as one block holds them: one copy a trap); turning a placement into
 transfers (a trap's tensors that are adjacent and can be issued at the same trap entry form one
 transfer); the issue point of each (the entry of the trap after the last reader of any
 byte it overwrites, cyclically; the trap's own entry when that reader is the trap just before:
@@ -200,19 +201,36 @@ def _mirror(problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes
     return out  # by trap, then offset
 
 
+def _stack(problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes: int
+           ) -> list[tuple[int, int, int, int]] | None:  # fmt: skip
+    """The stacked placement: every streaming trap's tensors from offset 0, in index order, as
+    one block would hold them. Each trap's copy waits for the trap before it (fewest copies:
+    where each copy costs a latency, fewer can beat copying ahead). None when a trap's tensors
+    exceed the ring."""
+    out: list[tuple[int, int, int, int]] = []
+    for order, chosen in enumerate(selection):
+        slots, at = problem.item_slot_bytes[order], 0
+        for k in chosen:
+            out.append((order, k, at, slots[k]))
+            at += slots[k]
+        if at > ring_bytes:
+            return None
+    return out  # by trap, then offset
+
+
 def ring_layout(
     problem: Problem, selection: tuple[tuple[int, ...], ...], ring_bytes: int,
-    mirrored: bool = False,
+    mirrored: bool = False, stacked: bool = False,
 ) -> tuple[RingPiece, ...] | None:  # fmt: skip
     """The ring's transfers for `selection` in a block of `ring_bytes` (None: a trap's
-    tensors do not fit in it), placed by release (default) or mirrored (`_mirror`). The
-    placement by release is made for the steady state: the iteration's last traps (twice the
-    ring's bytes) are placed into an empty ring first, and the kept pass starts from where they
-    left it."""
+    tensors do not fit in it), placed by release (default), mirrored (`_mirror`) or stacked
+    (`_stack`). The placement by release is made for the steady state: the iteration's last
+    traps (twice the ring's bytes) are placed into an empty ring first, and the kept pass starts
+    from where they left it."""
     n = len(problem.traps)
     ring_bytes -= ring_bytes % ALIGN_BYTES
-    if mirrored:
-        placed = _mirror(problem, selection, ring_bytes)
+    if mirrored or stacked:
+        placed = (_stack if stacked else _mirror)(problem, selection, ring_bytes)
         if placed is None:
             return None
         runs = _runs(placed)

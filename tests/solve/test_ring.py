@@ -45,17 +45,18 @@ def selections(draw: st.DrawFn):
 
 
 @SETTINGS
-@given(selections(), st.floats(1.0, 3.0), st.booleans())
-def test_ring_places_each_tensor_once_and_never_overwrites_held_bytes(case, scale, mirrored
+@given(selections(), st.floats(1.0, 3.0), st.sampled_from(["release", "mirrored", "stacked"]))
+def test_ring_places_each_tensor_once_and_never_overwrites_held_bytes(case, scale, placement
                                                                       ) -> None:  # fmt: skip
     problem, sel = case
+    mirrored, stacked = placement == "mirrored", placement == "stacked"
     slots = tuple(
         sum(t.items[k].slot_bytes for k in ch) for t, ch in zip(problem.traps, sel, strict=True)
     )
     if not any(slots):
         return
     ring = int(max(ring_need(problem, slots), max(slots)) * scale)
-    pieces = ring_layout(problem, sel, ring, mirrored)
+    pieces = ring_layout(problem, sel, ring, mirrored, stacked)
     if pieces is None:  # only when a trap's transfer cannot fit at all
         assert max(slots) > ring - ring % 256
         return
@@ -199,3 +200,22 @@ def test_tight_ring_keeps_traps_resident_when_their_copies_cost_more() -> None:
     pairs = zip(plan.selection, problem.traps, strict=True)
     assert all(len(ch) in (0, len(t.items)) for ch, t in pairs)  # whole traps
     assert plan.makespan_ms < whole.makespan_ms / 1.4
+
+
+def test_ring_stacks_whole_transfers_when_split_copies_cost_their_latency() -> None:
+    """Two traps of two 16 MiB tensors, 0.5 ms a copy: placed by release in a ring of 1.5
+    transfers the copies split and pay more latency; stacked (one copy a trap, as one block)
+    is faster, and a larger budget no longer gets a slower plan than a smaller one."""
+    traps = tuple(TrapStat(f"l{i}", ms, (tensor(f"l{i}.a", 1 << 23), tensor(f"l{i}.b", 1 << 23),
+                                         tensor(f"l{i}.c", 512)))
+                  for i, ms in enumerate((1.0, 0.0)))  # fmt: skip
+    stats = Stats("latency", device(5e10, 0.5), traps)
+    weights = total_bytes(stats)
+    small = solve_stats(stats, PlanConfig(budget_bytes=int(0.55 * weights)))[1]
+    problem, large = solve_stats(stats, PlanConfig(budget_bytes=int(0.8 * weights)))
+    assert large.makespan_ms <= small.makespan_ms * (1 + 1e-9)
+    assert len(large.transfers) == 2 and large.peak_bytes <= int(0.8 * weights)
+    ring = problem.budget_bytes - problem.reserve_bytes - (problem.total_bytes - 2 * (1 << 25))
+    for mirrored in (False, True):
+        pieces = ring_layout(problem, large.selection, ring, mirrored)
+        assert pieces is not None and len(pieces) > 2  # split: more copies, more latency

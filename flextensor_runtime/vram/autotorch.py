@@ -9,7 +9,7 @@ Must not know: what the wrapped module computes (subclasses own forward), profil
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -278,6 +278,39 @@ class AutoTorchModule(nn.Module):
         """Host placements are pinned when computing on CUDA, so per-call copies are async."""
         computes_on_cuda = self.stages.computation.device.startswith("cuda")
         return target.device == "cpu" and computes_on_cuda and torch.cuda.is_available()
+
+    def _placed(self, name: str, param: nn.Parameter) -> nn.Parameter:
+        """`param` at the stored placement: itself when it is there already, else a copy."""
+        return self._moved({name: param}).get(name, param)
+
+    def _moved(self, params: Mapping[str, torch.Tensor]) -> dict[str, nn.Parameter]:
+        """Copies at the stored placement of those of `params` (by managed name) that are not
+        there (device, dtype where the placement sets one, pinned where `_pin_host`)."""
+        target = self.stored
+        assert target is not None and not target.on_disk
+        device, pin = target.torch_device(), self._pin_host(target)
+        made: dict[str, torch.Tensor] = {}
+        for n, p in params.items():
+            dtype = self._placement_dtype(n, target)
+            exact = dtype is None or not p.is_floating_point() or p.dtype == dtype
+            if str(p.device) == target.device and exact and (p.is_pinned() or not pin):
+                continue
+            copy_ = self.cast_to(p.detach(), dtype, device)
+            made[n] = copy_.pin_memory() if pin and not copy_.is_pinned() else copy_
+        if not made:
+            return {}
+        fields = fields_at({n: params[n] for n in made}, device, pin, self._read_field)
+        return {n: with_fields(t, params[n], fields) for n, t in made.items()}
+
+    def _refuse_disk_write(self, name: str, value: object, where: str) -> None:
+        """A parameter (or a submodule) written while the weights are on the disk tier would
+        be ignored (each use reads the disk map): a `ConfigError` naming the fix."""
+        raise ConfigError(
+            f"setting {name!r} {where}: its weights are on the disk tier, read from its "
+            f"disk_map at each use, so a new {type(value).__name__} would be ignored; call "
+            "wrapper.load_from_disk(dtype, device) first to take them off the disk tier, or "
+            "write the weights into the checkpoint"
+        )
 
     def compute_tensors(self) -> dict[str, torch.Tensor]:
         """Managed tensors at computation placement: the stored ones when already there,

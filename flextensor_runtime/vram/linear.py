@@ -1,7 +1,8 @@
 """`AutoWrappedLinear`: a Linear whose weights move through the VRAM lifecycle stages.
 
 Owns: the Linear's weight/bias as managed parameters (with their inner tensor fields, which
-follow them through every transition; the GEMM itself does not read them), disk loading of
+follow them through every transition; the GEMM itself does not read them; a parameter written
+on the wrapper is moved to the stored placement), disk loading of
 `name.weight` / `name.bias`, the dense or FP8 GEMM, and LoRA on the output.
 Must not know: how modules are chosen for wrapping (see `enable`), profile files.
 """
@@ -90,6 +91,19 @@ class AutoWrappedLinear(AutoTorchModule):
         self._take_hooks(module)
         self.stored = initial_placement(self._managed(), disk_map, name, self.stages)
         self.offload()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A parameter written on the wrapper once it holds its weights (`wrapper.weight =
+        nn.Parameter(t)`, `wrapper.bias = ...`) is moved to the stored placement first (kept as
+        the same object when it is there already), as `AutoWrappedModule` does, so forwards and
+        transitions find it where `stored` says; refused on the disk tier, where it would be
+        ignored. Anything else is set as on any module."""
+        stored: Placement | None = self.__dict__.get("stored")
+        if isinstance(value, nn.Parameter) and stored is not None:
+            if stored.on_disk:
+                self._refuse_disk_write(name, value, f"on AutoWrappedLinear {self.name!r}")
+            value = self._placed(name, value)
+        super().__setattr__(name, value)
 
     def _take_hooks(self, module: nn.Linear) -> None:
         """The wrapper replaces `module`: its forward hooks (a pre-hook that scales the input,

@@ -128,13 +128,8 @@ class AutoWrappedModule(AutoTorchModule):
             return
         assert self.stored is not None
         if self.stored.on_disk and self._managed():
-            raise ConfigError(
-                f"setting {name!r} through the wrapper of {self.name or type(module).__name__!r}: "
-                "its weights are on the disk tier, read from its disk_map at each use, so a new "
-                f"{type(value).__name__} would be ignored; call wrapper.load_from_disk(dtype, "
-                "device) first to take them off the disk tier, or write the weights into the "
-                "checkpoint"
-            )
+            where = f"through the wrapper of {self.name or type(module).__name__!r}"
+            self._refuse_disk_write(name, value, where)
         if isinstance(value, nn.Parameter):
             value = self._placed(name, value)
         had, previous = hasattr(module, name), getattr(module, name, None)
@@ -149,34 +144,11 @@ class AutoWrappedModule(AutoTorchModule):
                 delattr(module, name)
             raise
 
-    def _placed(self, name: str, param: nn.Parameter) -> nn.Parameter:
-        """`param` at the stored placement: itself when it is there already, else a copy."""
-        return self._moved({name: param}).get(name, param)
-
     def _settle_parameters(self) -> None:
         """Move the managed parameters that are not at the stored placement there."""
         moved = self._moved(self._managed())
         if moved:
             replace_parameters(self.module, moved, self._recurse_params)
-
-    def _moved(self, params: Mapping[str, torch.Tensor]) -> dict[str, nn.Parameter]:
-        """Copies at the stored placement of those of `params` (by managed name) that are not
-        there (device, dtype where the placement sets one, pinned where `_pin_host`)."""
-        target = self.stored
-        assert target is not None and not target.on_disk
-        device, pin = target.torch_device(), self._pin_host(target)
-        made: dict[str, torch.Tensor] = {}
-        for n, p in params.items():
-            dtype = self._placement_dtype(n, target)
-            exact = dtype is None or not p.is_floating_point() or p.dtype == dtype
-            if str(p.device) == target.device and exact and (p.is_pinned() or not pin):
-                continue
-            copy_ = self.cast_to(p.detach(), dtype, device)
-            made[n] = copy_.pin_memory() if pin and not copy_.is_pinned() else copy_
-        if not made:
-            return {}
-        fields = fields_at({n: params[n] for n in made}, device, pin, self._read_field)
-        return {n: with_fields(t, params[n], fields) for n, t in made.items()}
 
     def _managed_root(self) -> nn.Module:
         return self.module

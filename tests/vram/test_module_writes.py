@@ -117,3 +117,52 @@ def test_a_parameter_written_on_the_disk_tier_is_refused(tiny_net, tiny_checkpoi
     assert wrapped.module.proj_in.weight is before
     wrapped.flag = True  # plain attributes still go through
     assert wrapped.module.flag is True
+
+
+def test_a_parameter_written_on_a_linear_wrapper_is_moved_to_its_stored_placement() -> None:
+    """`wrapper.weight = nn.Parameter(t)` stayed float32 while `stored` said float16: offload()
+    then saw the weights 'already there' and kept the float32 one, unlike AutoWrappedModule."""
+    from flextensor_runtime import AutoWrappedLinear
+
+    torch.manual_seed(0)
+    wrapped = AutoWrappedLinear(nn.Linear(8, 4), offload_dtype=torch.float16, **CPU32)
+    wrapped.weight = nn.Parameter(torch.full((4, 8), 2.0))  # float32: moved to float16
+    same = nn.Parameter(torch.ones(4, dtype=torch.float16))
+    wrapped.bias = same  # already at the stored placement: the same object
+    assert wrapped.weight.dtype == torch.float16 and wrapped.bias is same
+    assert torch.equal(wrapped(torch.ones(1, 8)), torch.full((1, 4), 17.0))
+    wrapped.keep()
+    wrapped.weight = nn.Parameter(torch.full((4, 8), 3.0, dtype=torch.float64))  # to float32
+    assert wrapped.weight.dtype == torch.float32 and wrapped.state == 2
+    assert torch.equal(wrapped(torch.ones(1, 8)), torch.full((1, 4), 25.0))
+    wrapped.offload()
+    assert wrapped.weight.dtype == torch.float16 and wrapped.bias.dtype == torch.float16
+    assert sorted(wrapped.state_dict()) == ["bias", "weight"]
+    with pytest.raises(RuntimeError):  # a meta weight cannot be placed: the wrapper keeps its own
+        wrapped.weight = nn.Parameter(torch.empty(4, 8, device="meta"))
+    assert wrapped.weight.dtype == torch.float16 and not wrapped.weight.is_meta
+    wrapped.bias = None  # not a parameter: as on any module
+    assert torch.equal(wrapped(torch.ones(1, 8)), torch.full((1, 4), 24.0))
+
+
+def test_a_parameter_written_on_a_linear_wrapper_on_the_disk_tier_is_refused(tmp_path) -> None:
+    from safetensors.torch import save_file
+
+    from flextensor_runtime import AutoWrappedLinear
+
+    torch.manual_seed(0)
+    linear = nn.Linear(8, 4)
+    path = tmp_path / "lin.safetensors"
+    save_file({f"lin.{k}": v.contiguous() for k, v in linear.state_dict().items()}, str(path))
+    wrapped = AutoWrappedLinear(linear, name="lin", disk_map=DiskMap(path, "cpu"), **DISK)
+    before = wrapped.weight
+    with pytest.raises(ConfigError, match=r"^setting 'weight' on AutoWrappedLinear 'lin': its "
+                       r"weights are on the disk tier.*call wrapper\.load_from_disk\(dtype, "
+                       r"device\) first"):  # fmt: skip
+        wrapped.weight = nn.Parameter(torch.zeros(4, 8))
+    assert wrapped.weight is before and wrapped.weight.is_meta
+    x = torch.randn(2, 8)
+    assert torch.equal(wrapped(x), linear(x))
+    wrapped.load_from_disk(torch.float32, "cpu")  # the fix: off the disk tier, then write
+    wrapped.bias = nn.Parameter(torch.zeros(4))
+    assert torch.equal(wrapped(x), x @ linear.weight.T)

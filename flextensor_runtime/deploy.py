@@ -37,7 +37,7 @@ from flextensor_runtime.offloader_marks import (
 from flextensor_runtime.planned_device import warn_if_other_device
 from flextensor_runtime.profile import Profile
 from flextensor_runtime.report import Report, build_report
-from flextensor_runtime.structure_guard import guard_structure
+from flextensor_runtime.structure_guard import TrueValue, guard_structure
 from flextensor_runtime.vram.autotorch import AutoTorchModule
 from flextensor_runtime.vram.vram_section import VramSection, vram_section_from_extensions
 
@@ -340,7 +340,7 @@ def offload_from_profile(
         dep.hosts.clear()
         raise
     model.__dict__[_HANDLE_ATTR] = h
-    h.unguard = guard_structure(model, _placements(dep))
+    h.unguard = guard_structure(model, _placements(dep), _true_values(dep))
     _mark_members(h, model)
     current_model.set(model)
     warn_if_other_device(profile.device, be)
@@ -353,6 +353,15 @@ def _placements(dep: Deployment) -> Callable[[], dict[int, str]]:
     names = {e.name: e.tie or e.name for e in dep.profile.all_tensors() if e.kind != "inner"}
     refs = dep.binding.refs
     return lambda: {id(refs[n].tensor): placement[canon] for n, canon in names.items()}
+
+
+def _true_values(dep: Deployment) -> Callable[[], list[TrueValue]]:
+    """Each profile tensor (one name per distinct tensor) as it is now with its true value: a
+    streamed one's host copy, a resident one's own data."""
+    hosts = {id(ref): host for ref, host in dep.host_views}
+    named = {id(ref): (name, ref) for name, ref in reversed(dep.binding.refs.items())}
+    return lambda: [(name, ref.tensor, hosts.get(id(ref), ref.tensor.data))
+                    for name, ref in named.values()]  # fmt: skip
 
 
 def _mark_members(h: OffloadHandle, model: nn.Module) -> None:

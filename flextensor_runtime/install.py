@@ -51,6 +51,8 @@ class Deployment:
     undo: list[Callable[[], None]] = field(default_factory=list)
     # resident tensors that stay where they are (a `vram` section's wrappers manage them)
     leave_in_place: frozenset[str] = frozenset()
+    # each streamed tensor (tied ones too) with the host view holding its true value
+    host_views: list[tuple[TensorRef, torch.Tensor]] = field(default_factory=list)
 
     def uninstall(self) -> None:
         """Run the undo stack (last step first). Outside inference mode even when called inside
@@ -279,6 +281,8 @@ def _install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
     try:
         regions = _alloc_blocks(dep, tables) if mode != "strategy" else []
         streamed = inst.streamed(tables, regions)
+        dep.host_views = [(r, s.host) for group in streamed for s in group for r in s.refs]
+        dep.undo.append(dep.host_views.clear)
         inst.resident()
         hooks = make_mode(mode, dep.backend, tables, regions, dep.hosts, streamed)
         runtime = Runtime(tables, [t.name for t in profile.traps], dep.backend, hooks.copy_fns,

@@ -15,6 +15,14 @@ by the undo):
   streamed weights outside their traps, and `p.data = new` reaches no hook (in the
   `raw_block_transfer` and `strategy` modes the next trap entry even points the weight back at
   its memory block).
+And it runs the methods that rewrite weights' data from their current values while normally
+keeping those values (`tie_weights` of transformers models, which sets an output embedding's
+`bias.data = pad(bias.data, ...)` even when the bias already has its size) on the true values:
+every profile tensor points at its true value during the call (a streamed one at its host
+copy), and back at the data it had afterwards; a call that changed a value is refused after
+the fact with the model as before. Run as it was, the pad read the memory block outside the
+trap and the bias kept a copy of whatever it held (logits off by up to 7e34 on a small BERT
+in allocation mode), even after `remove()`.
 Replacing a submodule under a name it already has (swapping a layer, `set_output_embeddings`)
 is left to the caller, as before.
 Must not know: schedules, backends, profile files.
@@ -24,9 +32,10 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.modules.module import (
     register_module_module_registration_hook,
@@ -35,12 +44,16 @@ from torch.nn.modules.module import (
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["REBUILDING_METHODS", "guard_structure"]
+__all__ = ["REBUILDING_METHODS", "TRUE_VALUE_METHODS", "TrueValue", "guard_structure"]
 
 # methods (of transformers' PreTrainedModel) that rebuild weights from their current values
 REBUILDING_METHODS = ("resize_token_embeddings", "resize_position_embeddings")
 # arguments that, all None, make `resize_token_embeddings` only return the embeddings
 _READ_ONLY_WHEN_NONE = {"resize_token_embeddings": ("new_num_tokens", "pad_to_multiple_of")}
+# methods (of transformers' PreTrainedModel) that set `p.data = f(p.data)` keeping the values
+TRUE_VALUE_METHODS = ("tie_weights",)
+# a profile tensor's name, the tensor as it is now, and its true value (host copy if streamed)
+TrueValue = tuple[str, torch.Tensor, torch.Tensor]
 _FIX = "call handle(model).remove(), change the model, then compile a profile for it with `ftc profile`"
 
 
@@ -126,34 +139,90 @@ class _RefuseRebuild:
         return all(bound.arguments.get(n) is None for n in names)
 
 
-def _refuse_rebuilds(model: nn.Module) -> Callable[[], None]:
-    """Put a `_RefuseRebuild` on every module of `model` whose class has such a method."""
-    patched: list[tuple[nn.Module, str, _RefuseRebuild]] = []
+class _OnTrueValues:
+    """Set as a module's instance attribute in place of a method in `TRUE_VALUE_METHODS`: runs
+    it with each profile tensor pointing at its true value, then points each back at the data
+    it had; refuses the call when it changed a value (the model is then as before)."""
+
+    def __init__(
+        self, module: nn.Module, method: str, where: str, values: Callable[[], Sequence[TrueValue]]
+    ) -> None:
+        self.module = weakref.ref(module)
+        self.original = getattr(type(module), method)
+        self.method, self.where, self.values = method, where, values
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.values()
+        had = [(tensor, tensor.data) for _, tensor, _ in values]
+        for _, tensor, true in values:
+            tensor.data = true
+        try:
+            result = self.original(self.module(), *args, **kwargs)
+            changed = [name for name, tensor, true in values if _changed(tensor, true)]
+        finally:
+            for tensor, data in had:
+                tensor.data = data
+        if changed:
+            more = f" (+{len(changed) - 3} more)" if len(changed) > 3 else ""
+            raise ConfigError(
+                f"{self.where}.{self.method}() changed {', '.join(changed[:3])}{more} while an "
+                "offload profile is installed, which is not supported (the profile's weights are "
+                "read-only while installed); the change was undone: call handle(model).remove(), "
+                f"then {self.method}(), then offload_from_profile(model, path) again (or compile "
+                "a profile for the changed model with `ftc profile`)"
+            )
+        return result
+
+
+def _changed(tensor: torch.Tensor, true: torch.Tensor) -> bool:
+    """Whether `tensor` no longer holds the values of `true` (new data with other values)."""
+    same = (tensor.data_ptr(), tensor.shape, tensor.stride()) == (
+        true.data_ptr(), true.shape, true.stride())  # fmt: skip
+    if same or tensor.device.type == "meta":
+        return False
+    if tensor.shape != true.shape or tensor.dtype != true.dtype:
+        return True
+    return not torch.equal(tensor.detach().to(true.device), true)
+
+
+def _patch_methods(
+    model: nn.Module, values: Callable[[], Sequence[TrueValue]]
+) -> Callable[[], None]:
+    """Put a `_RefuseRebuild` (or an `_OnTrueValues`) on every module of `model` whose class has
+    a method of `REBUILDING_METHODS` (or `TRUE_VALUE_METHODS`)."""
+    patched: list[tuple[nn.Module, str, object]] = []
     root = type(model).__name__
     for path, module in model.named_modules():
-        for method in REBUILDING_METHODS:
+        where = f"{root}.{path}" if path else root
+        for method in (*REBUILDING_METHODS, *TRUE_VALUE_METHODS):
             if not callable(getattr(type(module), method, None)) or method in module.__dict__:
                 continue
-            refusal = _RefuseRebuild(module, method, f"{root}.{path}" if path else root)
-            module.__dict__[method] = refusal
-            patched.append((module, method, refusal))
+            patch: object = (
+                _RefuseRebuild(module, method, where) if method in REBUILDING_METHODS
+                else _OnTrueValues(module, method, where, values)
+            )  # fmt: skip
+            module.__dict__[method] = patch
+            patched.append((module, method, patch))
 
     def undo() -> None:
-        for module, method, refusal in patched:
-            if module.__dict__.get(method) is refusal:
+        for module, method, patch in patched:
+            if module.__dict__.get(method) is patch:
                 del module.__dict__[method]
 
     return undo
 
 
 def guard_structure(
-    model: nn.Module, placements: Callable[[], Mapping[int, str]]
+    model: nn.Module,
+    placements: Callable[[], Mapping[int, str]],
+    values: Callable[[], Sequence[TrueValue]],
 ) -> Callable[[], None]:
     """Refuse adding a submodule to any module of `model` (as it is now), replacing its profile
-    weights' parameter objects, and the methods that rebuild weights; `placements()` maps
-    `id()` of each profile parameter, as it is now, to its placement. Returns the undo."""
+    weights' parameter objects, and the methods that rebuild weights, and run `tie_weights` on
+    true values; `placements()` maps `id()` of each profile parameter, as it is now, to its
+    placement, `values()` gives each profile tensor's `TrueValue`. Returns the undo."""
     members: weakref.WeakSet[nn.Module] = weakref.WeakSet(model.modules())
-    undo_methods = _refuse_rebuilds(model)
+    undo_methods = _patch_methods(model, values)
     modules = register_module_module_registration_hook(_refuse_module(model, members))
     params = register_module_parameter_registration_hook(
         _refuse_parameter(model, members, placements)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.runtime.conftest import deploy
-from tests.runtime.models import block_names, tiny_lm
+from tests.runtime.models import TinyLM, block_names, tiny_lm
 from tests.runtime.plans import build_profile
 
 MODES = ["allocation_block_transfer", "strategy", "raw_block_transfer"]
@@ -140,3 +140,80 @@ def test_adding_a_module_built_from_streamed_weights_is_refused(mode) -> None:
     h.remove()
     assert_same(model, before)
     model.blocks[1].fused = fused  # after remove() the model is the user's again
+
+
+def _tiny_bert_mlm():
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=32,
+                        tie_word_embeddings=True)  # fmt: skip
+    model = BertForMaskedLM(config).eval()
+    with torch.no_grad():
+        model.cls.predictions.bias.normal_()  # zeros at init would hide a wrong copy
+    return model
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tie_weights_while_deployed_keeps_the_weights(mode) -> None:
+    """transformers' tie_weights sets the output bias's `bias.data = pad(bias.data, ...)` even
+    when it has its size. On a deployed model it read the streamed bias outside its trap: in
+    allocation mode it kept a copy of whatever the memory block held (logits off by up to 7e34,
+    NaN with 3 blocks), in every mode remove() kept that copy (a zero placeholder's in the
+    strategy and raw modes). Now it runs on the true values and changes nothing."""
+    from tests.runtime.conftest import assert_same, snapshot
+
+    model = _tiny_bert_mlm()
+    ids = torch.tensor([[1, 5, 9, 63, 2]])
+    with torch.no_grad():
+        plain = model(input_ids=ids).logits
+    before = snapshot(model)
+    traps = ["bert.embeddings", "bert.encoder.layer.0", "bert.encoder.layer.1", "cls"]
+    h = deploy(model, build_profile(model, traps, num_blocks=2, mode=mode))
+    placed = {e.name: e.placement for e in h.profile.all_tensors()}
+    assert placed["cls.predictions.bias"] == placed["cls.predictions.decoder.bias"] == "streamed"
+    model.tie_weights()  # before any forward: the bias's block holds another transfer
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, plain)
+    model.tie_weights()
+    assert model.cls.predictions.decoder.bias is model.cls.predictions.bias
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, plain)
+    model.tie_weights()
+    h.remove()
+    assert_same(model, before)
+    assert "tie_weights" not in model.__dict__ and "tie_weights" not in model.bert.__dict__
+
+
+class _Retied(TinyLM):
+    """A `tie_weights` that changes a streamed value by replacing its data (`p.data = t`)."""
+
+    def tie_weights(self) -> None:
+        up = self.blocks[1].up
+        up.bias.data = torch.nn.functional.pad(up.bias.data, (0, 0)) + 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tie_weights_that_changes_a_value_while_deployed_is_refused_and_undone(mode) -> None:
+    from flextensor_runtime.errors import ConfigError
+    from tests.runtime.conftest import assert_same, snapshot
+
+    torch.manual_seed(0)
+    model = _Retied().eval()
+    ids = torch.tensor([[1, 5, 9, 63]])
+    with torch.no_grad():
+        plain = model(ids)
+    before = snapshot(model)
+    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.1"],
+                                    num_blocks=2, mode=mode))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^_Retied\.tie_weights\(\) changed blocks\.1\.up\.bias "
+                       r"while an offload profile is installed, which is not supported .*the change "
+                       r"was undone: call handle\(model\)\.remove\(\), then tie_weights\(\)"):  # fmt: skip
+        model.tie_weights()
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain)
+    h.remove()
+    assert_same(model, before)
+    model.tie_weights()  # after remove() it is the user's call
+    assert torch.equal(model.blocks[1].up.bias, before.tensors["blocks.1.up.bias"][1] + 1)

@@ -247,6 +247,26 @@ def _trap_forward(runtime: Runtime, i: int, original: Callable) -> Callable:
     return forward
 
 
+def _watch_slots(dep: Deployment, runtime: Runtime) -> None:
+    """Give each trap the slots of the streamed tensors it lists (ties under their own names),
+    for the check at its entry that they still hold the tensors the runtime fills."""
+    model = dep.model
+    for i, trap in enumerate(dep.profile.traps):
+        slots, names = [], []
+        for e in trap.tensors:
+            if e.placement == "resident":
+                continue
+            tensor = dep.binding.refs[e.name].tensor
+            owner = model.get_submodule(owner_path(e.name, e.kind))
+            if e.kind == "inner":
+                holder = vars(owner.get_parameter(e.name.split(".")[-2]))
+            else:
+                holder = owner._parameters if e.kind == "parameter" else owner._buffers
+            slots.append((holder, e.name.rsplit(".", 1)[-1], tensor))
+            names.append(e.name)
+        runtime.slots[i], runtime.slot_names[i] = tuple(slots), tuple(names)
+
+
 def _host_copies(profile: Profile, streamed: list[list[StreamedTensor]]) -> dict[str, torch.Tensor]:
     """Parameter / buffer name -> the host view holding its true value (tied names too)."""
     by_canon = {s.entry.name: s.host for group in streamed for s in group}
@@ -294,6 +314,7 @@ def _install(dep: Deployment, checkpoint: Checkpoint | None) -> None:
                       for r in [dep.binding.refs[e.name]] if isinstance(r.tensor, nn.Parameter)}  # fmt: skip
             runtime.grad_tensors[i] = tuple(params.values())
         _patch(dep, runtime)
+        _watch_slots(dep, runtime)
         refs = list(dep.binding.refs.values())
         hosts = _host_copies(profile, streamed)
         dep.undo.append(guard_weights(dep.model, lambda: [r.tensor for r in refs], hosts))

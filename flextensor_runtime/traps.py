@@ -4,7 +4,9 @@ Owns: the per-transfer state machine (valid / active / events), issuing the sche
 trap entry (in `Tables.issues` order: the trap's own on-entry copies first), waiting for every
 transfer the trap reads, recording release events at exit, demand loads
 when execution departs from the planned order (counted as stalls), the inference-only guard,
-and per-trap counters. On CUDA nothing here synchronises the host.
+the check that each streamed tensor a trap loads is still where its module holds it (a slot
+emptied by `module.weight = None` or `del module.weight`, which reach no torch hook), and
+per-trap counters. On CUDA nothing here synchronises the host.
 Must not know: profiles on disk, how blocks and host buffers were allocated or filled, models
 beyond the trap modules' `training` flag.
 """
@@ -20,10 +22,14 @@ from typing import Any
 import torch
 
 from flextensor_runtime.backend import DeviceBackend
-from flextensor_runtime.errors import InferenceOnlyError, InstallError
+from flextensor_runtime.errors import ConfigError, InferenceOnlyError, InstallError
 from flextensor_runtime.schedule import Tables
 
-__all__ = ["Runtime", "TrapCounters"]
+__all__ = ["Runtime", "Slot", "TrapCounters"]
+
+# where a module holds a streamed tensor: (its `_parameters`, `_buffers` or the parameter's
+# `__dict__` for an inner field, key, the tensor the runtime fills), and the tensor's name
+Slot = tuple[dict[str, Any], str, torch.Tensor]
 
 
 @dataclass
@@ -67,6 +73,8 @@ class Runtime:
         self.counters = [TrapCounters() for _ in trap_names]
         self.modules: list[torch.nn.Module | None] = [None] * len(trap_names)
         self.grad_tensors: list[tuple[torch.Tensor, ...]] = [() for _ in trap_names]
+        self.slots: list[tuple[Slot, ...]] = [() for _ in trap_names]
+        self.slot_names: list[tuple[str, ...]] = [() for _ in trap_names]
         self.timing: list[tuple[int, int, int]] | None = None  # (trap, enter_ns, exit_ns)
         self._entered_ns = [0] * len(trap_names)
         self.on_exit: Callable[[int], None] | None = None  # replan's iteration counter
@@ -141,6 +149,23 @@ class Runtime:
             raise InferenceOnlyError(
                 f"trap {self.trap_names[i]!r} ran under autograd with weights that require "
                 "gradients; wrap the call in torch.inference_mode() or torch.no_grad()"
+            )
+        for held, key, tensor in self.slots[i]:  # one lookup per streamed tensor
+            if held.get(key) is not tensor:
+                self._refuse_emptied(i)
+
+    def _refuse_emptied(self, i: int) -> None:
+        """A streamed tensor of trap `i` is no longer where its module holds it: one line."""
+        for (held, key, tensor), name in zip(self.slots[i], self.slot_names[i], strict=True):
+            now = held.get(key, held)
+            if now is tensor:
+                continue
+            how = "deleted" if now is held else "set to None" if now is None else "replaced"
+            raise ConfigError(
+                f"{name} was {how} while an offload profile is installed: trap "
+                f"{self.trap_names[i]!r} streams it and would run without it (or crash in torch); "
+                "call handle(model).remove() first, then change the model (and compile a profile "
+                "for the changed model with `ftc profile`)"
             )
 
     def enter(self, i: int) -> None:

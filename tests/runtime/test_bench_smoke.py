@@ -61,3 +61,13 @@ def test_lock_bench_prints_the_pair_and_its_cost(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "acquire(blocking=False) + release()" in out and "per trap call" in out
     assert cost > 0
+
+
+def test_slot_check_bench_prints_both_variants_and_the_cost(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.runtime.slots import main
+
+    main(depth=4, dim=8, repeats=2, iters=5, calls=100)
+    out = capsys.readouterr().out
+    assert "trap call incl. forward (us)" in out and "entry check alone (ns)" in out

@@ -217,3 +217,53 @@ def test_tie_weights_that_changes_a_value_while_deployed_is_refused_and_undone(m
     assert_same(model, before)
     model.tie_weights()  # after remove() it is the user's call
     assert torch.equal(model.blocks[1].up.bias, before.tensors["blocks.1.up.bias"][1] + 1)
+
+
+def _empty(model: TinyLM, case: str) -> tuple[str, str]:
+    """Empty one streamed tensor's slot as `case` says; its name and the word for how."""
+    up = model.blocks[0].up
+    if case == "weight=None":
+        up.weight = None
+        return "blocks.0.up.weight", "set to None"
+    if case == "bias=None":  # the layer would run without its bias, silently
+        up.bias = None
+        return "blocks.0.up.bias", "set to None"
+    if case == "del weight":
+        del up.weight
+        return "blocks.0.up.weight", "deleted"
+    del up.weight.scale  # an inner tensor field
+    return "blocks.0.up.weight.scale", "deleted"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", ["weight=None", "bias=None", "del weight", "del weight.scale"])
+def test_a_streamed_tensor_set_to_none_or_deleted_is_refused_at_its_next_trap(mode, case) -> None:
+    """`module.weight = None` and `del module.weight` reach no torch hook: the trap's next forward
+    crashed in torch (`linear(): argument 'weight' must be Tensor, not NoneType`) or, for a bias,
+    ran without it while the runtime kept streaming it. Now that trap's entry refuses with the
+    tensor's name and the fix, and leaves the schedule intact."""
+    from flextensor_runtime.errors import ConfigError
+    from tests.runtime.conftest import assert_same, snapshot
+
+    model = tiny_lm()
+    ids = torch.tensor([[1, 5, 9, 63]])
+    with torch.no_grad():
+        plain = model(ids)
+    before = snapshot(model)
+    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.0"],
+                                    num_blocks=2, mode=mode))  # fmt: skip
+    up = model.blocks[0].up
+    held = dict(up._parameters), dict(vars(up.weight))
+    with torch.no_grad():
+        model(ids)
+    name, how = _empty(model, case)
+    with torch.no_grad(), pytest.raises(ConfigError, match=rf"^{name} was {how} while an offload "
+                                        r"profile is installed: trap 'blocks\.0' streams it .*; "
+                                        r"call handle\(model\)\.remove\(\) first"):  # fmt: skip
+        model(ids)
+    up._parameters.update(held[0])  # put it back behind the guards' backs: runs as planned
+    vars(up.weight).update(held[1])
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain)
+    h.remove()
+    assert_same(model, before)

@@ -70,26 +70,30 @@ class Chunks:
         """Item indexes (ascending) of one subset summing to `total`, an achievable sum:
         per chunk from the last, its least share whose rest is reachable before it."""
         picked: list[int] = []  # descending
-        units = self.units
-        for j in range(len(self.starts) - 1, -1, -1):
-            prefixes, before = self.prefixes[j], self.before[j]
-            width = prefixes[-1].bit_length() - 1
-            window = before >> (total - width) if total >= width else before << (width - total)
+        units, starts, befores, chunks = self.units, self.starts, self.before, self.prefixes
+        for j in range(len(starts) - 1, -1, -1):
+            prefixes = chunks[j]
+            own = prefixes[-1]  # every sum of the chunk
+            width = own.bit_length() - 1
             # bit p: the rest, total - (width - p), is reachable before the chunk and the chunk
             # sums p, so also width - p (subset sums are symmetric: take the complement)
-            fits = window & prefixes[-1]
+            lo = total - width
+            fits = (befores[j] >> lo if lo >= 0 else befores[j] << -lo) & own
             assert fits, "the sum is not achievable"
-            share = width - (fits.bit_length() - 1)
+            share = width + 1 - fits.bit_length()
+            if not share:  # the chunk takes nothing
+                continue
             total -= share
-            start = self.starts[j]
+            start = starts[j]
             for i in range(len(prefixes) - 2, -1, -1):  # back through the chunk's own items
-                if not share:
-                    break
-                if not (prefixes[i] >> share) & 1:  # item i is needed
+                if not prefixes[i] >> share & 1:  # item i is needed
                     picked.append(start + i)
                     share -= units[start + i]
+                    if not share:
+                        break
             assert share == 0
-        return tuple(reversed(picked))
+        picked.reverse()
+        return tuple(picked)
 
 
 def representatives(reach: int, top: int, width: int) -> int:

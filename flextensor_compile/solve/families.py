@@ -106,23 +106,44 @@ class Context:
             cache[k] = sum([counted[j] for j in self.tables[order].subset_of(k)])
         return cache[k]
 
+    @cached_property
+    def _all_counted(self) -> bool:
+        """Every trap's table entries are their counted bytes (`counted_bytes` is the sum)."""
+        return all(self._slot_is_counted)
+
     def exact(self, caps: tuple[float, ...]) -> Pick:
         """Each trap's largest table entry within its cap; the subsets are rebuilt only when
         the pick's selection is asked for (most picks are only checked for memory)."""
-        picked = []  # per trap: (table entry: its sum, slot bytes, counted bytes)
-        seen: dict[tuple[int, float], tuple[int, int, int]] = {}
+        if not caps:
+            return Pick((), (), ())
+        if len(self._first_of_kind) < len(caps):  # identical traps under one cap pick the same
+            return self._exact_shared(caps)
+        entries = tuple(map(SubsetTable.within, self.tables, caps))  # per trap: the entry's sum
+        streamed = entries if self._all_counted else tuple(map(self.counted_bytes, self._orders,
+                                                               entries))  # fmt: skip
+        return _exact_pick(self.tables, entries, streamed)
+
+    @cached_property
+    def _first_of_kind(self) -> dict[int, int]:
+        """Items signature (`kind`) -> the first trap of that signature."""
+        first: dict[int, int] = {}
+        for order, kind in enumerate(self.kind):
+            first.setdefault(kind, order)
+        return first
+
+    def _exact_shared(self, caps: tuple[float, ...]) -> Pick:
+        """`exact` where traps repeat: each (signature, cap) looked up once."""
+        picked = []  # per trap: (table entry: its sum, counted bytes)
+        seen: dict[tuple[int, float], tuple[int, int]] = {}
         for order, (kind, cap) in enumerate(zip(self.kind, caps, strict=True)):
-            key = (kind, cap)  # identical traps under one cap pick the same
+            key = (kind, cap)
             got = seen.get(key)
             if got is None:
                 k = self.tables[order].within(cap)
-                got = seen[key] = (k, k, self.counted_bytes(order, k))
+                got = seen[key] = (k, self.counted_bytes(order, k))
             picked.append(got)
-        if not picked:
-            return Pick((), (), ())
-        entries, slots, streamed = zip(*picked, strict=True)
-        return Pick(partial(_subsets, self.tables, entries), slots, streamed,
-                    partial(_subset_of, self.tables, entries))  # fmt: skip
+        entries, streamed = zip(*picked, strict=True)
+        return _exact_pick(self.tables, entries, streamed)
 
     def greedy(self, caps: tuple[float, ...]) -> Pick:
         picked = []  # per trap: (subset, slot bytes, counted bytes)
@@ -135,15 +156,24 @@ class Context:
             picked.append(got)
         return _pick(picked)
 
+    @cached_property
+    def _orders(self) -> range:
+        return range(len(self.tables))
+
     def _greedy_one(self, order: int, cap: float) -> tuple[tuple[int, ...], int, int]:
         items = self.problem.traps[order].items
+        largest = self.largest_first[order]
+        least = items[largest[-1]].slot_bytes if largest else 0  # no item fits a smaller room
         chosen, used, counted = [], 0, 0
-        for k in self.largest_first[order]:
+        for k in largest:
             if used + items[k].slot_bytes <= cap:
                 chosen.append(k)
                 used += items[k].slot_bytes
                 counted += items[k].bytes
-        return tuple(sorted(chosen)), used, counted
+                if cap - used < least:
+                    break
+        chosen.sort()
+        return tuple(chosen), used, counted
 
     def mix(self, low: Pick, high: Pick, count: int, order: tuple[int, ...] = ()) -> Pick:
         """`high`'s choice for the first `count` traps of `order` (default: the spread order; a
@@ -157,6 +187,8 @@ class Context:
         up_slots, up_streamed = high.slot_bytes, high.trap_streamed
         for o in changed:
             slots[o], streamed[o] = up_slots[o], up_streamed[o]
+        if _is_exact(low) and _is_exact(high):  # so is the mix: its slot bytes are its entries
+            return _exact_pick(self.tables, tuple(slots), tuple(streamed))
         # the tensors of each trap only when asked for: most mixes are only checked for memory
         part = partial(_mixed_part, low, high, frozenset(changed))
         return Pick(partial(_parts, part, len(slots)), tuple(slots), tuple(streamed), part)
@@ -203,6 +235,20 @@ def _pick(picked: list[tuple[tuple[int, ...], int, int]]) -> Pick:
         return Pick((), (), ())
     sel, slots, streamed = zip(*picked, strict=True)
     return Pick(sel, slots, streamed)
+
+
+def _exact_pick(tables: tuple[SubsetTable, ...], entries: tuple[int, ...],
+                streamed: tuple[int, ...]) -> Pick:  # fmt: skip
+    """The pick of one table entry (by its sum, also its slot bytes) per trap, streaming
+    `streamed` counted bytes per trap; its subsets are rebuilt when first asked for."""
+    return Pick(partial(_subsets, tables, entries), entries, streamed,
+                partial(_subset_of, tables, entries))  # fmt: skip
+
+
+def _is_exact(pick: Pick) -> bool:
+    """Whether `pick` is an `_exact_pick` (its slot bytes are its table entries)."""
+    part = pick.part
+    return isinstance(part, partial) and part.func is _subset_of
 
 
 def _subsets(tables: tuple[SubsetTable, ...], entries: tuple[int, ...]) -> Selection:

@@ -8,13 +8,21 @@ budget whose plan is slower than a smaller budget's, and the first whose plan is
 a higher peak, and prints the worst slowdowns.
 
     python -m bench.plan_quality.monotone [--instances 120] [--seed 0]
+        [--plans-out PLANS.json] [--against BEFORE.json]
+
+`--plans-out` saves every plan's makespan and peak (per seed and budget); `--against` compares
+them with a file saved before a solver change: how many plans got faster (geometric mean and
+largest speed-up) and which got slower.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from flextensor_compile.solve import problem_from_stats, try_solve
 from flextensor_compile.stats import Stats, TensorStat, TrapStat
@@ -56,8 +64,10 @@ def random_instance(rng: random.Random) -> tuple[Stats, int]:
     return Stats("random", device, tuple(traps)), rng.choice([0, 0, 0, 1 << 20])
 
 
-def sweep_one(seed: int) -> tuple[Finding | None, Finding | None]:
-    """(the first makespan rise, the first peak rise at equal makespan) of one instance."""
+def sweep_one(seed: int, plans: dict[str, list[float] | None] | None = None
+              ) -> tuple[Finding | None, Finding | None]:  # fmt: skip
+    """(the first makespan rise, the first peak rise at equal makespan) of one instance;
+    `plans` gets each budget's [makespan, peak] (None: no plan fits) under "seed fraction"."""
     stats, reserve = random_instance(random.Random(seed))
     weights = sum(t.bytes for trap in stats.traps for t in trap.tensors)
     rise = peak = None
@@ -66,6 +76,8 @@ def sweep_one(seed: int) -> tuple[Finding | None, Finding | None]:
         config = PlanConfig(budget_bytes=int(weights * f) + reserve,
                             activation_reserve_bytes=reserve)  # fmt: skip
         plan = try_solve(problem_from_stats(stats, config))
+        if plans is not None:
+            plans[f"{seed} {f:g}"] = None if plan is None else [plan.makespan_ms, plan.peak_bytes]
         if plan is None:
             continue
         if best is not None:
@@ -81,12 +93,40 @@ def sweep_one(seed: int) -> tuple[Finding | None, Finding | None]:
     return rise, peak
 
 
+def compare(before: dict[str, list[float] | None], after: dict[str, list[float] | None]
+            ) -> tuple[list[float], list[tuple[str, float]]]:  # fmt: skip
+    """(speed-ups of the plans that got faster, (key, slowdown) of those that got slower),
+    over the plans both sides have."""
+    faster, slower = [], []
+    for key, old in before.items():
+        new = after.get(key)
+        if old is None or new is None:
+            continue
+        if old[0] > new[0] * (1 + SAME):
+            faster.append(old[0] / new[0])
+        elif new[0] > old[0] * (1 + SAME):
+            slower.append((key, new[0] / old[0]))
+    return faster, slower
+
+
+def _report_against(path: Path, plans: dict[str, list[float] | None]) -> None:
+    faster, slower = compare(json.loads(path.read_text()), plans)
+    mean = math.prod(faster) ** (1 / len(faster)) if faster else 1.0
+    print(f"against {path}: {len(faster)} of {len(plans)} plans faster (geometric mean "
+          f"{mean:.3f}x, at most {max(faster, default=1.0):.3f}x), {len(slower)} slower")  # fmt: skip
+    for key, ratio in sorted(slower, key=lambda x: -x[1])[:5]:
+        print(f"  slower: seed and fraction {key}, {ratio:.4f}x the makespan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.plan_quality.monotone")
     ap.add_argument("--instances", type=int, default=120)
     ap.add_argument("--seed", type=int, default=0, help="first seed")
+    ap.add_argument("--plans-out", type=Path, help="save every plan's makespan and peak (JSON)")
+    ap.add_argument("--against", type=Path, help="plans saved before a change, to compare")
     args = ap.parse_args()
-    found = [sweep_one(s) for s in range(args.seed, args.seed + args.instances)]
+    plans: dict[str, list[float] | None] = {}
+    found = [sweep_one(s, plans) for s in range(args.seed, args.seed + args.instances)]
     rises = sorted((r for r, _ in found if r is not None), key=lambda r: -r.ratio)
     peaks = [p for _, p in found if p is not None]
     print(f"{args.instances} random instances, budgets {FRACTIONS[0]:g}-{FRACTIONS[-1]:g} of the "
@@ -95,6 +135,10 @@ def main() -> None:
     for r in rises[:5]:
         print(f"  seed {r.seed}: frac {r.small:.2f} -> {r.large:.2f}, {r.ratio:.3f}x the makespan")
     print(f"a larger budget got an as fast plan with a higher peak: {len(peaks)} instances")
+    if args.plans_out is not None:
+        args.plans_out.write_text(json.dumps(plans, indent=0, sort_keys=True) + "\n")
+    if args.against is not None:
+        _report_against(args.against, plans)
 
 
 if __name__ == "__main__":

@@ -50,3 +50,10 @@ def test_the_command_prints_its_counts(monkeypatch, capsys) -> None:
     assert "2 random instances" in out
     assert "a larger budget got a slower plan:" in out
     assert "a larger budget got an as fast plan with a higher peak:" in out
+
+
+def test_compare_counts_faster_and_slower_plans() -> None:
+    before = {"1 0.5": [2.0, 10], "1 0.6": [1.0, 10], "2 0.5": None, "3 0.5": [1.0, 5]}
+    after = {"1 0.5": [1.0, 10], "1 0.6": [1.5, 10], "2 0.5": [1.0, 1], "3 0.5": [1.0, 4]}
+    faster, slower = monotone.compare(before, after)
+    assert faster == [2.0] and slower == [("1 0.6", 1.5)]

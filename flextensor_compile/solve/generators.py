@@ -2,8 +2,9 @@
 
 Owns: per strategy, the cap family it fits and how (exact subsets or largest first), the
 latency-mode pick of the window families, nth-layer's step bisection, global-tensor-selection's
-cover and paired selections, and `GENERATORS` (strategy name -> its selections); each selection's
-pick is kept for `build_plan`.
+cover and paired selections, and `GENERATORS` (strategy name -> its picks: what each streams,
+with the sizes that rank it before its selection is built; `known_selection` builds it and keeps
+the pick for `build_plan`).
 Must not know: ranking, simulation, which layouts are tried, the profile format.
 """
 
@@ -19,12 +20,12 @@ from flextensor_compile.solve.problem import Problem
 from flextensor_compile.solve.search import fit_level, peak_of
 
 __all__ = ["GENERATORS", "Candidate", "Generator", "Layout", "copies_dominate", "copy_floor_ms",
-           "nth_selection"]  # fmt: skip
+           "known_selection", "nth_selection", "slots_floor_ms"]  # fmt: skip
 
 _COVER_KEPT = 2  # cover selections simulated per layout: those whose copies take least
 
 Layout = tuple[int, str, int]  # (number of blocks, block order, ring headroom bytes)
-Candidate = tuple[str, Selection]
+Candidate = tuple[str, Pick]  # (strategy label, what it streams)
 Generator = Callable[[Context, Layout], Iterator[Candidate]]
 
 
@@ -44,15 +45,15 @@ def _fit(ctx: Context, name: str, family: CapFamily, exact: bool, hi: float, lay
 
     p = ctx.problem
     if p.budget_bytes is None or windowed:
-        yield name, _known(ctx, select(p.transfer_budget_scale))
+        yield name, select(p.transfer_budget_scale)
     if p.budget_bytes is None:
         return
     pick = fit_level(ctx, select, hi, lay[0], lay[1], lay[2])
     if pick is not None:
-        yield name, _known(ctx, pick)
+        yield name, pick
 
 
-def _known(ctx: Context, pick: Pick) -> Selection:
+def known_selection(ctx: Context, pick: Pick) -> Selection:
     """`pick`'s selection, its pick kept for `build_plan`."""
     ctx.plans.picks.setdefault(pick.selection, pick)
     return pick.selection
@@ -120,7 +121,7 @@ def _cover(ctx: Context, lay: Layout) -> Iterator[Candidate]:
         return
     found = {sel for m in ctx.cover_sizes for sel in ctx.cover_selections(m, lay[0] * m + lay[2])}
     for sel in sorted(found, key=lambda s: (copy_floor_ms(ctx, s), s))[:_COVER_KEPT]:
-        yield "global-tensor-selection", sel
+        yield "global-tensor-selection", ctx.plans.pick(ctx.problem, sel)
 
 
 def _paired(ctx: Context, lay: Layout) -> Iterator[Candidate]:
@@ -158,12 +159,12 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
     """Bisect the step: the largest n (fewest traps streaming) whose plan fits."""
     p = ctx.problem
     if p.budget_bytes is None:
-        yield "nth-layer", nth_selection(p, 2)
+        yield "nth-layer", ctx.plans.pick(p, nth_selection(p, 2))
         return
     budget = p.budget_bytes
 
-    def at(step: int) -> Selection:
-        return _known(ctx, pick(step))
+    def at(step: int) -> Pick:
+        return pick(step)
 
     def pick(step: int) -> Pick:  # the same steps recur for every layout
         key = ("nth", step)
@@ -208,6 +209,11 @@ GENERATORS: dict[str, Generator] = {
 def copy_floor_ms(ctx: Context, sel: Selection) -> float:
     """No plan of `sel` runs faster: all compute, or every trap's copy back to back (a trap's
     tensors split over several copies only take longer)."""
+    return slots_floor_ms(ctx, ctx.plans.pick(ctx.problem, sel).slot_bytes)
+
+
+def slots_floor_ms(ctx: Context, slot_bytes: tuple[int, ...]) -> float:
+    """`copy_floor_ms` of a selection with these per-trap transfer sizes."""
     p = ctx.problem
-    copies = [s for s in ctx.plans.pick(p, sel).slot_bytes if s]  # the pick kept for `build_plan`
+    copies = [s for s in slot_bytes if s]
     return max(p.compute_ms, sum(ctx.plans.copies_ms(p.bandwidth, copies)))

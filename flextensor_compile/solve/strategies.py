@@ -37,7 +37,9 @@ from flextensor_compile.solve.generators import (
     Layout,
     copies_dominate,
     copy_floor_ms,
+    known_selection,
     nth_selection,
+    slots_floor_ms,
 )
 from flextensor_compile.solve.grouping import grouped_plans
 from flextensor_compile.solve.plan import (
@@ -112,7 +114,11 @@ def _cannot_win(ctx: Context, sel: Selection, lay: Layout, best_ms: float) -> bo
     only a floor above the best by more than the rank's rounding (a tie may still win on peak)."""
     if best_ms == math.inf:
         return False
-    floor = copy_floor_ms(ctx, sel)
+    return _beaten(copy_floor_ms(ctx, sel), lay, best_ms)
+
+
+def _beaten(floor: float, lay: Layout, best_ms: float) -> bool:
+    """`_cannot_win` of a selection whose copy floor is `floor`."""
     if lay[1] == RING:
         return floor >= best_ms
     return floor > best_ms + max(best_ms * 1e-9, 2e-9)
@@ -126,19 +132,31 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
     names = list(GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
     made: dict[tuple[Selection, tuple[int, str]], Ranked | None] = {}  # built once per layout
+    sized: set[tuple[tuple[int, ...], tuple[int, str]]] = set()  # made's transfer sizes
     best = math.inf
     fitted: dict[str, float] = {}  # family -> its best plan with blocks so far
 
     def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Ranked]:
         """`name`'s plans with `lay`; a selection another family made already comes again
-        as that plan (the ring ranks families by their plans)."""
-        for label, sel in GENERATORS[name](ctx, lay):
+        as that plan (the ring ranks families by their plans). A pick whose sizes no made plan
+        has is not made already: its floor is checked before its selection is built."""
+        for label, pick in GENERATORS[name](ctx, lay):
+            least = min(best, floor)
+            fresh = (pick.slot_bytes, lay[:2]) not in sized  # so `made` has not its selection
+            if (
+                fresh
+                and least < math.inf
+                and _beaten(slots_floor_ms(ctx, pick.slot_bytes), lay, least)
+            ):
+                continue
+            sel = known_selection(ctx, pick)
             key = (sel, lay[:2])
             if key in made:
                 plan = made[key]
-            elif _cannot_win(ctx, sel, lay, min(best, floor)):
+            elif _cannot_win(ctx, sel, lay, least):
                 continue
             else:
+                sized.add((pick.slot_bytes, lay[:2]))
                 plan = made[key] = (
                     ring_candidate(p, sel, label, ctx.plans) if lay[1] == RING
                     else build_plan(p, sel, lay[0], label, lay[1], cache=ctx.plans))  # fmt: skip

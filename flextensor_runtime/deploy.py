@@ -10,6 +10,7 @@ Must not know: the compiler, typer or rich; how traps, blocks or copies work ins
 
 from __future__ import annotations
 
+from functools import partial
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -340,7 +341,7 @@ def offload_from_profile(
         dep.hosts.clear()
         raise
     model.__dict__[_HANDLE_ATTR] = h
-    h.unguard = guard_structure(model, _placements(dep), _true_values(dep))
+    h.unguard = guard_structure(model, _placements(dep), _true_values(dep), partial(_refill, dep))
     _mark_members(h, model)
     current_model.set(model)
     warn_if_other_device(profile.device, be)
@@ -362,6 +363,12 @@ def _true_values(dep: Deployment) -> Callable[[], list[TrueValue]]:
     named = {id(ref): (name, ref) for name, ref in reversed(dep.binding.refs.items())}
     return lambda: [(name, ref.tensor, hosts.get(id(ref), ref.tensor.data))
                     for name, ref in named.values()]  # fmt: skip
+
+
+def _refill(dep: Deployment) -> None:
+    """Copy every transfer again from the host copies (`apply` edited them in place)."""
+    if dep.runtime is not None:
+        dep.runtime.refill()
 
 
 def _mark_members(h: OffloadHandle, model: nn.Module) -> None:

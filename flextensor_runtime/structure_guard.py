@@ -50,8 +50,11 @@ __all__ = ["REBUILDING_METHODS", "TRUE_VALUE_METHODS", "TrueValue", "guard_struc
 REBUILDING_METHODS = ("resize_token_embeddings", "resize_position_embeddings")
 # arguments that, all None, make `resize_token_embeddings` only return the embeddings
 _READ_ONLY_WHEN_NONE = {"resize_token_embeddings": ("new_num_tokens", "pad_to_multiple_of")}
-# methods (of transformers' PreTrainedModel) that set `p.data = f(p.data)` keeping the values
-TRUE_VALUE_METHODS = ("tie_weights",)
+# methods run on true values: transformers' `tie_weights` (sets `p.data = f(p.data)` keeping the
+# values) and `nn.Module.apply` (its function may edit weights in place: the host copies then
+# hold the edits, and every transfer is copied again from them)
+TRUE_VALUE_METHODS = ("tie_weights", "apply")
+_EDITS_IN_PLACE = frozenset(("apply",))
 # a profile tensor's name, the tensor as it is now, and its true value (host copy if streamed)
 TrueValue = tuple[str, torch.Tensor, torch.Tensor]
 _FIX = "call handle(model).remove(), change the model, then compile a profile for it with `ftc profile`"
@@ -142,36 +145,56 @@ class _RefuseRebuild:
 class _OnTrueValues:
     """Set as a module's instance attribute in place of a method in `TRUE_VALUE_METHODS`: runs
     it with each profile tensor pointing at its true value, then points each back at the data
-    it had; refuses the call when it changed a value (the model is then as before)."""
+    it had (and, for `apply`, has every transfer copied again from the host copies, which now
+    hold its in-place edits); refuses the call when it replaced a value (the model is then as
+    before). `busy` is shared by every patch of one model: nested calls (`apply` calls each
+    child's `apply`) run as they are, inside the outermost one."""
 
-    def __init__(
-        self, module: nn.Module, method: str, where: str, values: Callable[[], Sequence[TrueValue]]
-    ) -> None:
+    def __init__(self, module: nn.Module, method: str, where: str, on: _TrueValueCalls) -> None:
         self.module = weakref.ref(module)
         self.original = getattr(type(module), method)
-        self.method, self.where, self.values = method, where, values
+        self.method, self.where, self.on = method, where, on
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        values = self.values()
+        on = self.on
+        if on.busy:
+            return self.original(self.module(), *args, **kwargs)
+        values = on.values()
         had = [(tensor, tensor.data) for _, tensor, _ in values]
         for _, tensor, true in values:
             tensor.data = true
+        on.busy = True
         try:
             result = self.original(self.module(), *args, **kwargs)
             changed = [name for name, tensor, true in values if _changed(tensor, true)]
         finally:
+            on.busy = False
             for tensor, data in had:
                 tensor.data = data
+            if self.method in _EDITS_IN_PLACE:
+                on.refill()
         if changed:
             more = f" (+{len(changed) - 3} more)" if len(changed) > 3 else ""
             raise ConfigError(
                 f"{self.where}.{self.method}() changed {', '.join(changed[:3])}{more} while an "
-                "offload profile is installed, which is not supported (the profile's weights are "
-                "read-only while installed); the change was undone: call handle(model).remove(), "
-                f"then {self.method}(), then offload_from_profile(model, path) again (or compile "
-                "a profile for the changed model with `ftc profile`)"
+                "offload profile is installed, which is not supported (a profile weight's data "
+                "may be edited in place but not replaced while installed); the change was "
+                f"undone: call handle(model).remove(), then {self.method}(), then "
+                "offload_from_profile(model, path) again (or compile a profile for the changed "
+                "model with `ftc profile`)"
             )
         return result
+
+
+class _TrueValueCalls:
+    """What the `_OnTrueValues` patches of one model share: the true values, the refill of
+    every transfer from the host copies, and whether one of them is running."""
+
+    def __init__(
+        self, values: Callable[[], Sequence[TrueValue]], refill: Callable[[], None]
+    ) -> None:
+        self.values, self.refill = values, refill
+        self.busy = False
 
 
 def _changed(tensor: torch.Tensor, true: torch.Tensor) -> bool:
@@ -185,9 +208,7 @@ def _changed(tensor: torch.Tensor, true: torch.Tensor) -> bool:
     return not torch.equal(tensor.detach().to(true.device), true)
 
 
-def _patch_methods(
-    model: nn.Module, values: Callable[[], Sequence[TrueValue]]
-) -> Callable[[], None]:
+def _patch_methods(model: nn.Module, on: _TrueValueCalls) -> Callable[[], None]:
     """Put a `_RefuseRebuild` (or an `_OnTrueValues`) on every module of `model` whose class has
     a method of `REBUILDING_METHODS` (or `TRUE_VALUE_METHODS`)."""
     patched: list[tuple[nn.Module, str, object]] = []
@@ -199,7 +220,7 @@ def _patch_methods(
                 continue
             patch: object = (
                 _RefuseRebuild(module, method, where) if method in REBUILDING_METHODS
-                else _OnTrueValues(module, method, where, values)
+                else _OnTrueValues(module, method, where, on)
             )  # fmt: skip
             module.__dict__[method] = patch
             patched.append((module, method, patch))
@@ -216,13 +237,15 @@ def guard_structure(
     model: nn.Module,
     placements: Callable[[], Mapping[int, str]],
     values: Callable[[], Sequence[TrueValue]],
+    refill: Callable[[], None],
 ) -> Callable[[], None]:
     """Refuse adding a submodule to any module of `model` (as it is now), replacing its profile
-    weights' parameter objects, and the methods that rebuild weights, and run `tie_weights` on
-    true values; `placements()` maps `id()` of each profile parameter, as it is now, to its
-    placement, `values()` gives each profile tensor's `TrueValue`. Returns the undo."""
+    weights' parameter objects, and the methods that rebuild weights, and run `tie_weights` and
+    `apply` on true values; `placements()` maps `id()` of each profile parameter, as it is now,
+    to its placement, `values()` gives each profile tensor's `TrueValue`, `refill()` has every
+    transfer copied again from the host copies (after `apply`). Returns the undo."""
     members: weakref.WeakSet[nn.Module] = weakref.WeakSet(model.modules())
-    undo_methods = _patch_methods(model, values)
+    undo_methods = _patch_methods(model, _TrueValueCalls(values, refill))
     modules = register_module_module_registration_hook(_refuse_module(model, members))
     params = register_module_parameter_registration_hook(
         _refuse_parameter(model, members, placements)

@@ -137,6 +137,18 @@ class Runtime:
             if not self.valid[k]:
                 self.issue(k, at=-1)
 
+    def refill(self) -> None:
+        """Have every transfer copied again from its host buffer (whose values other code
+        changed in place, e.g. `Module.apply` run on the true values): copies made so far are
+        dropped, except those a running trap still reads, and the prologue is issued again."""
+        self.backend.synchronize()
+        for k, valid in enumerate(self.valid):
+            if valid and not self.active[k]:
+                self.valid[k] = False
+                if self._free is not None:
+                    self._free(k)
+        self.prologue()
+
     # --- trap entry and exit ------------------------------------------------------------
     def _guard(self, i: int) -> None:
         module = self.modules[i]

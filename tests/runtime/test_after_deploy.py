@@ -1,0 +1,103 @@
+"""Common calls on a deployed model, each against the plain model: `Module.apply` with a
+function that edits weights in place, on a small Llama and on TinyLM in every transfer mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.runtime.conftest import assert_same, deploy, snapshot
+from tests.runtime.models import block_names, tiny_lm
+from tests.runtime.plans import build_profile
+
+MODES = ["allocation_block_transfer", "strategy", "raw_block_transfer"]
+
+
+def _double_linears(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        with torch.no_grad():
+            module.weight.mul_(2)  # in place, as init functions and hand-merged LoRAs do
+
+
+def _tiny_llama() -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=False)  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_apply_that_edits_streamed_weights_in_place_runs_on_their_true_values(mode) -> None:
+    """`model.apply(fn)` edited streamed weights outside their traps: in allocation mode it
+    scaled whatever the memory blocks held (logits off by up to 0.38 on a small Llama and not the
+    same from one forward to the next, and `remove()` gave the old weights); in the strategy and
+    raw modes it hit the one-element placeholders and torch raised "more than one element of the
+    written-to tensor refers to a single memory location". Now `fn` runs on the true values (the
+    host copies) and every transfer is copied again from them."""
+    model, edited = _tiny_llama(), _tiny_llama()
+    edited.apply(_double_linears)
+    ids = torch.tensor([[1, 2, 3, 127, 5]])
+    with torch.no_grad():
+        want = edited(input_ids=ids).logits
+    traps = ["model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm", "lm_head"]
+    h = deploy(model, build_profile(model, traps, num_blocks=2, prefetch=2, mode=mode))
+    with torch.no_grad():
+        model(input_ids=ids)  # the blocks hold copies of the old weights
+    assert model.apply(_double_linears) is model
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(model(input_ids=ids).logits, want)
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in edited.state_dict().items())
+    assert h.report().stalls == 0
+    h.remove()
+    assert all(torch.equal(model.get_parameter(k), v) for k, v in edited.named_parameters())
+    assert "apply" not in model.__dict__ and "apply" not in model.lm_head.__dict__
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_apply_on_a_submodule_edits_its_streamed_weights(mode) -> None:
+    model, edited = tiny_lm(), tiny_lm()
+    edited.blocks[1].apply(_double_linears)
+    ids = torch.tensor([[1, 5, 9, 63]])
+    with torch.no_grad():
+        want = edited(ids)
+    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.1"],
+                                    num_blocks=2, mode=mode))  # fmt: skip
+    model.blocks[1].apply(_double_linears)
+    with torch.no_grad():
+        assert torch.equal(model(ids), want) and torch.equal(model(ids), want)
+    h.remove()
+    assert torch.equal(model.blocks[1].up.weight, edited.blocks[1].up.weight)
+
+
+def _replace_data(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        module.weight.data = module.weight.data * 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_apply_that_replaces_a_weights_data_is_refused_and_undone(mode) -> None:
+    from flextensor_runtime.errors import ConfigError
+
+    model = tiny_lm()
+    ids = torch.tensor([[1, 5, 9, 63]])
+    with torch.no_grad():
+        plain = model(ids)
+    before = snapshot(model)
+    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.1"],
+                                    num_blocks=2, mode=mode))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^TinyLM\.apply\(\) changed embed\.weight, blocks\.3\.up\.weight, "
+                       r"blocks\.3\.down\.weight \(\+6 more\) while an offload profile is installed, "
+                       r"which is not supported \(a profile weight's data may be edited in place but "
+                       r"not replaced while installed\); the change was undone: call "
+                       r"handle\(model\)\.remove\(\), then apply\(\)"):  # fmt: skip
+        model.apply(_replace_data)
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain)
+    h.remove()
+    assert_same(model, before)

@@ -10,10 +10,10 @@ Must not know: the compiler, typer or rich; how traps, blocks or copies work ins
 
 from __future__ import annotations
 
-from functools import partial
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch

@@ -22,7 +22,9 @@ every profile tensor points at its true value during the call (a streamed one at
 copy), and back at the data it had afterwards; a call that changed a value is refused after
 the fact with the model as before. Run as it was, the pad read the memory block outside the
 trap and the bias kept a copy of whatever it held (logits off by up to 7e34 on a small BERT
-in allocation mode), even after `remove()`.
+in allocation mode), even after `remove()`. `nn.Module.apply` runs the same way, so a function
+that edits weights in place edits the true values (then every transfer is copied again from the
+host copies); before, it edited whatever the memory blocks held, or crashed on the placeholders.
 Replacing a submodule under a name it already has (swapping a layer, `set_output_embeddings`)
 is left to the caller, as before.
 Must not know: schedules, backends, profile files.

@@ -1,6 +1,6 @@
 """Refusing changes to what a deployed model is made of: its submodules and its weights' slots.
 
-Owns, on a model with a profile installed, three refusals that raise a `ConfigError` before
+Owns, on a model with a profile installed, four refusals that raise a `ConfigError` before
 anything changes (torch's process-wide registration hooks and instance attributes, all removed
 by the undo):
 - adding a submodule under a name a module does not have yet: code that adds modules built from
@@ -14,7 +14,9 @@ by the undo):
   (`resize_token_embeddings`, `resize_position_embeddings` of transformers models): they read
   streamed weights outside their traps, and `p.data = new` reaches no hook (in the
   `raw_block_transfer` and `strategy` modes the next trap entry even points the weight back at
-  its memory block).
+  its memory block);
+- methods that install another offloader over the same weights (diffusers'
+  `enable_group_offload`): it would move the memory blocks' contents in place of the weights.
 And it runs the methods that rewrite weights' data from their current values while normally
 keeping those values (`tie_weights` of transformers models, which sets an output embedding's
 `bias.data = pad(bias.data, ...)` even when the bias already has its size) on the true values:
@@ -46,10 +48,13 @@ from torch.nn.modules.module import (
 
 from flextensor_runtime.errors import ConfigError
 
-__all__ = ["REBUILDING_METHODS", "TRUE_VALUE_METHODS", "TrueValue", "guard_structure"]
+__all__ = ["OFFLOADER_METHODS", "REBUILDING_METHODS", "TRUE_VALUE_METHODS", "TrueValue",
+           "guard_structure"]  # fmt: skip
 
 # methods (of transformers' PreTrainedModel) that rebuild weights from their current values
 REBUILDING_METHODS = ("resize_token_embeddings", "resize_position_embeddings")
+# methods (of diffusers' ModelMixin) that install another offloader over the same weights
+OFFLOADER_METHODS = ("enable_group_offload",)
 # arguments that, all None, make `resize_token_embeddings` only return the embeddings
 _READ_ONLY_WHEN_NONE = {"resize_token_embeddings": ("new_num_tokens", "pad_to_multiple_of")}
 # methods run on true values: transformers' `tie_weights` (sets `p.data = f(p.data)` keeping the
@@ -114,7 +119,8 @@ def _refuse_parameter(
 
 
 class _RefuseRebuild:
-    """Set as a module's instance attribute in place of a method in `REBUILDING_METHODS`."""
+    """Set as a module's instance attribute in place of a method in `REBUILDING_METHODS` or
+    `OFFLOADER_METHODS`."""
 
     def __init__(self, module: nn.Module, method: str, where: str) -> None:
         self.module = weakref.ref(module)  # the module holds this object: no cycle through it
@@ -125,6 +131,14 @@ class _RefuseRebuild:
         module = self.module()
         if module is not None and self._only_reads(args, kwargs):
             return self.original(module, *args, **kwargs)
+        if self.method in OFFLOADER_METHODS:
+            raise ConfigError(
+                f"{self.where}.{self.method}() while an offload profile is installed is not "
+                "supported: the profile's traps already move its weights, and a second "
+                "offloader would move the memory blocks' contents (other weights) in their "
+                "place; use one offloader: call handle(model).remove() first, or keep the "
+                "profile and leave the weights to it"
+            )
         raise ConfigError(
             f"{self.where}.{self.method}() while an offload profile is installed is not "
             "supported: it rebuilds weights from their current values (streamed weights hold "
@@ -212,17 +226,17 @@ def _changed(tensor: torch.Tensor, true: torch.Tensor) -> bool:
 
 def _patch_methods(model: nn.Module, on: _TrueValueCalls) -> Callable[[], None]:
     """Put a `_RefuseRebuild` (or an `_OnTrueValues`) on every module of `model` whose class has
-    a method of `REBUILDING_METHODS` (or `TRUE_VALUE_METHODS`)."""
+    a method of `REBUILDING_METHODS` or `OFFLOADER_METHODS` (or `TRUE_VALUE_METHODS`)."""
     patched: list[tuple[nn.Module, str, object]] = []
     root = type(model).__name__
     for path, module in model.named_modules():
         where = f"{root}.{path}" if path else root
-        for method in (*REBUILDING_METHODS, *TRUE_VALUE_METHODS):
+        for method in (*REBUILDING_METHODS, *OFFLOADER_METHODS, *TRUE_VALUE_METHODS):
             if not callable(getattr(type(module), method, None)) or method in module.__dict__:
                 continue
             patch: object = (
-                _RefuseRebuild(module, method, where) if method in REBUILDING_METHODS
-                else _OnTrueValues(module, method, where, on)
+                _OnTrueValues(module, method, where, on) if method in TRUE_VALUE_METHODS
+                else _RefuseRebuild(module, method, where)
             )  # fmt: skip
             module.__dict__[method] = patch
             patched.append((module, method, patch))

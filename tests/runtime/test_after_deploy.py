@@ -101,3 +101,28 @@ def test_apply_that_replaces_a_weights_data_is_refused_and_undone(mode) -> None:
         assert torch.equal(model(ids), plain)
     h.remove()
     assert_same(model, before)
+
+
+def test_a_second_offloader_on_a_deployed_diffusers_model_is_refused() -> None:
+    """diffusers' `enable_group_offload` on a deployed model ran, and `remove()` then left its
+    replaced forwards in place (moving the memory blocks' contents instead of the weights);
+    now it is refused before anything changes, and runs once the profile is removed."""
+    from diffusers import SD3Transformer2DModel
+
+    from flextensor_runtime.errors import ConfigError
+
+    torch.manual_seed(0)
+    model = SD3Transformer2DModel(sample_size=8, patch_size=1, in_channels=4, num_layers=2,
+                                  attention_head_dim=8, num_attention_heads=4,
+                                  caption_projection_dim=32, joint_attention_dim=32,
+                                  pooled_projection_dim=64, out_channels=4).eval()  # fmt: skip
+    before = snapshot(model)
+    traps = ["transformer_blocks.0", "transformer_blocks.1"]
+    h = deploy(model, build_profile(model, traps, num_blocks=2))
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"enable_group_offload\(\) while an offload profile"):
+        model.enable_group_offload(cpu, cpu, offload_type="leaf_level")
+    assert not any(hasattr(m, "_diffusers_hook") for m in model.modules())
+    h.remove()
+    assert_same(model, before)
+    assert "enable_group_offload" not in model.__dict__

@@ -73,6 +73,18 @@ def tiny_lm(seed: int = 0) -> TinyLM:
     return TinyLM().eval()
 
 
+def tiny_llama() -> nn.Module:
+    """A transformers LlamaForCausalLM of two layers (dim 64, vocab 128), random weights, head
+    not tied to the embeddings."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=False)  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
 def on_cuda(model: nn.Module) -> nn.Module:
     """`model` on the GPU, inner tensor fields too: `Module.cuda()` keeps each Parameter object
     (it swaps the data), so a field such as `weight.scale` would stay on the host."""

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.runtime.conftest import assert_same, deploy, snapshot
-from tests.runtime.models import block_names, tiny_lm
+from tests.runtime.models import block_names, tiny_llama, tiny_lm
 from tests.runtime.plans import build_profile
 
 MODES = ["allocation_block_transfer", "strategy", "raw_block_transfer"]
@@ -20,16 +20,6 @@ def _double_linears(module: nn.Module) -> None:
             module.weight.mul_(2)  # in place, as init functions and hand-merged LoRAs do
 
 
-def _tiny_llama() -> nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False)  # fmt: skip
-    return LlamaForCausalLM(config).eval()
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_apply_that_edits_streamed_weights_in_place_runs_on_their_true_values(mode) -> None:
     """`model.apply(fn)` edited streamed weights outside their traps: in allocation mode it
@@ -38,7 +28,7 @@ def test_apply_that_edits_streamed_weights_in_place_runs_on_their_true_values(mo
     raw modes it hit the one-element placeholders and torch raised "more than one element of the
     written-to tensor refers to a single memory location". Now `fn` runs on the true values (the
     host copies) and every transfer is copied again from them."""
-    model, edited = _tiny_llama(), _tiny_llama()
+    model, edited = tiny_llama(), tiny_llama()
     edited.apply(_double_linears)
     ids = torch.tensor([[1, 2, 3, 127, 5]])
     with torch.no_grad():

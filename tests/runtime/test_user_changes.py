@@ -6,10 +6,24 @@ import pytest
 import torch
 
 from tests.runtime.conftest import deploy
-from tests.runtime.models import TinyLM, block_names, tiny_lm
+from tests.runtime.models import TinyLM, block_names, tiny_llama, tiny_lm
 from tests.runtime.plans import build_profile
 
 MODES = ["allocation_block_transfer", "strategy", "raw_block_transfer"]
+
+
+def _deployed(model: TinyLM, mode: str, streamed: str):
+    """`model` deployed with its blocks as traps and `streamed` streaming (two blocks): (model,
+    ids, the plain model's output on ids, its snapshot before deploying, the handle)."""
+    from tests.runtime.conftest import snapshot
+
+    ids = torch.tensor([[1, 5, 9, 63]])
+    with torch.no_grad():
+        plain = model(ids)
+    before = snapshot(model)
+    h = deploy(model, build_profile(model, block_names(model), streamed=[streamed],
+                                    num_blocks=2, mode=mode))  # fmt: skip
+    return model, ids, plain, before, h
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -33,16 +47,6 @@ def test_remove_leaves_data_the_user_replaced(mode, name) -> None:
     assert all(torch.equal(after[k], v) for k, v in plain.items() if k != name)  # others restored
 
 
-def _tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False)  # fmt: skip
-    return LlamaForCausalLM(config).eval()
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_resize_token_embeddings_while_deployed_is_refused(mode) -> None:
     """It rebuilt the streamed embeddings and head from their values outside their traps
@@ -52,7 +56,7 @@ def test_resize_token_embeddings_while_deployed_is_refused(mode) -> None:
     from flextensor_runtime.errors import ConfigError
     from tests.runtime.conftest import assert_same, snapshot
 
-    model = _tiny_llama()
+    model = tiny_llama()
     ids = torch.tensor([[1, 2, 3, 127]])
     with torch.no_grad():
         plain = model(input_ids=ids).logits
@@ -88,15 +92,9 @@ def test_replacing_a_profile_weight_with_another_parameter_is_refused(mode) -> N
     from torch import nn
 
     from flextensor_runtime.errors import ConfigError
-    from tests.runtime.conftest import assert_same, snapshot
+    from tests.runtime.conftest import assert_same
 
-    model = tiny_lm()
-    ids = torch.tensor([[1, 5, 9, 63]])
-    with torch.no_grad():
-        plain = model(ids)
-    before = snapshot(model)
-    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.1"],
-                                    num_blocks=2, mode=mode))  # fmt: skip
+    model, ids, plain, before, h = _deployed(tiny_lm(), mode, "blocks.1")
     up = model.blocks[1].up
     with pytest.raises(ConfigError, match=r"^replacing the streamed weight TinyLM\.blocks\.1\.up\."
                        r"weight with another parameter while an offload profile is installed is "
@@ -197,16 +195,10 @@ class _Retied(TinyLM):
 @pytest.mark.parametrize("mode", MODES)
 def test_tie_weights_that_changes_a_value_while_deployed_is_refused_and_undone(mode) -> None:
     from flextensor_runtime.errors import ConfigError
-    from tests.runtime.conftest import assert_same, snapshot
+    from tests.runtime.conftest import assert_same
 
     torch.manual_seed(0)
-    model = _Retied().eval()
-    ids = torch.tensor([[1, 5, 9, 63]])
-    with torch.no_grad():
-        plain = model(ids)
-    before = snapshot(model)
-    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.1"],
-                                    num_blocks=2, mode=mode))  # fmt: skip
+    model, ids, plain, before, h = _deployed(_Retied().eval(), mode, "blocks.1")
     with pytest.raises(ConfigError, match=r"^_Retied\.tie_weights\(\) changed blocks\.1\.up\.bias "
                        r"while an offload profile is installed, which is not supported .*the change "
                        r"was undone: call handle\(model\)\.remove\(\), then tie_weights\(\)"):  # fmt: skip
@@ -243,15 +235,9 @@ def test_a_streamed_tensor_set_to_none_or_deleted_is_refused_at_its_next_trap(mo
     ran without it while the runtime kept streaming it. Now that trap's entry refuses with the
     tensor's name and the fix, and leaves the schedule intact."""
     from flextensor_runtime.errors import ConfigError
-    from tests.runtime.conftest import assert_same, snapshot
+    from tests.runtime.conftest import assert_same
 
-    model = tiny_lm()
-    ids = torch.tensor([[1, 5, 9, 63]])
-    with torch.no_grad():
-        plain = model(ids)
-    before = snapshot(model)
-    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.0"],
-                                    num_blocks=2, mode=mode))  # fmt: skip
+    model, ids, plain, before, h = _deployed(tiny_lm(), mode, "blocks.0")
     up = model.blocks[0].up
     held = dict(up._parameters), dict(vars(up.weight))
     with torch.no_grad():

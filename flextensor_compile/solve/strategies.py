@@ -44,6 +44,7 @@ from flextensor_compile.solve.generators import (
 from flextensor_compile.solve.grouping import grouped_plans
 from flextensor_compile.solve.plan import (
     RING,
+    Pick,
     Plan,
     Ranked,
     RingCandidate,
@@ -124,6 +125,36 @@ def _beaten(floor: float, lay: Layout, best_ms: float) -> bool:
     return floor > best_ms + max(best_ms * 1e-9, 2e-9)
 
 
+class _Built:
+    """The plans one solve built, per (selection, layout), and their transfer sizes: a pick whose
+    sizes none has was not built, so its floor is checked before its selection is made."""
+
+    def __init__(self) -> None:
+        self.plans: dict[tuple[Selection, tuple[int, str]], Ranked | None] = {}
+        self.sizes: set[tuple[tuple[int, ...], tuple[int, str]]] = set()
+
+    def plan(self, ctx: Context, label: str, pick: Pick, lay: Layout, least: float
+             ) -> Ranked | None:  # fmt: skip
+        """`pick`'s plan with `lay`, built once (a selection built already comes again as that
+        plan); None when it cannot beat `least` (`_cannot_win`) or cannot be built."""
+        sized = (pick.slot_bytes, lay[:2])
+        fresh = sized not in self.sizes and least < math.inf  # not built: its floor decides
+        if fresh and _beaten(slots_floor_ms(ctx, pick.slot_bytes), lay, least):
+            return None
+        sel = known_selection(ctx, pick)
+        key = (sel, lay[:2])
+        if key in self.plans:
+            return self.plans[key]
+        if _cannot_win(ctx, sel, lay, least):
+            return None
+        self.sizes.add(sized)
+        p = ctx.problem
+        plan = self.plans[key] = (
+            ring_candidate(p, sel, label, ctx.plans) if lay[1] == RING
+            else build_plan(p, sel, lay[0], label, lay[1], cache=ctx.plans))  # fmt: skip
+        return plan
+
+
 def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
     """Every generator's plans for every block layout (one block only as a fallback when the ring
     is tried in memory mode); then the ring's (`_ring_plans`), unless the best plan is already
@@ -131,35 +162,15 @@ def _candidates(ctx: Context, strategy: str) -> Iterator[Ranked]:
     plan so far (`_cannot_win`)."""
     names = list(GENERATORS) if strategy == "adaptive" else [strategy]
     p = ctx.problem
-    made: dict[tuple[Selection, tuple[int, str]], Ranked | None] = {}  # built once per layout
-    sized: set[tuple[tuple[int, ...], tuple[int, str]]] = set()  # made's transfer sizes
+    built = _Built()
     best = math.inf
     fitted: dict[str, float] = {}  # family -> its best plan with blocks so far
 
     def plans(name: str, lay: Layout, floor: float = math.inf) -> Iterator[Ranked]:
-        """`name`'s plans with `lay`; a selection another family made already comes again
-        as that plan (the ring ranks families by their plans). A pick whose sizes no made plan
-        has is not made already: its floor is checked before its selection is built."""
+        """`name`'s plans with `lay` (the ring ranks families by their plans, so a plan another
+        family built comes again)."""
         for label, pick in GENERATORS[name](ctx, lay):
-            least = min(best, floor)
-            fresh = (pick.slot_bytes, lay[:2]) not in sized  # so `made` has not its selection
-            if (
-                fresh
-                and least < math.inf
-                and _beaten(slots_floor_ms(ctx, pick.slot_bytes), lay, least)
-            ):
-                continue
-            sel = known_selection(ctx, pick)
-            key = (sel, lay[:2])
-            if key in made:
-                plan = made[key]
-            elif _cannot_win(ctx, sel, lay, least):
-                continue
-            else:
-                sized.add((pick.slot_bytes, lay[:2]))
-                plan = made[key] = (
-                    ring_candidate(p, sel, label, ctx.plans) if lay[1] == RING
-                    else build_plan(p, sel, lay[0], label, lay[1], cache=ctx.plans))  # fmt: skip
+            plan = built.plan(ctx, label, pick, lay, min(best, floor))
             if plan is None or len(plan.block_bytes) < min(p.min_blocks, copies_of(plan)):
                 continue
             if p.budget_bytes is None or plan.peak_bytes <= p.budget_bytes:

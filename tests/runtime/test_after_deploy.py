@@ -116,3 +116,22 @@ def test_a_second_offloader_on_a_deployed_diffusers_model_is_refused() -> None:
     h.remove()
     assert_same(model, before)
     assert "enable_group_offload" not in model.__dict__
+
+
+@pytest.mark.parametrize("mode", ["strategy", "raw_block_transfer"])
+def test_torch_compile_of_a_deployed_model_runs_its_traps_outside_the_graph(mode) -> None:
+    """`torch.compile` traced the traps' entries: in the strategy and raw modes inductor saw the
+    one-element placeholders of streamed weights and failed ("expected size 32==32, stride
+    0==1"). Entries and exits now run eagerly around the traced forwards."""
+    model = tiny_lm()
+    x, y = torch.tensor([[1, 5, 9, 63]]), torch.tensor([[2, 7, 7, 1]])
+    with torch.no_grad():
+        want = model(x), model(y)
+    h = deploy(model, build_profile(model, block_names(model), streamed=["blocks.1"],
+                                    num_blocks=2, mode=mode))  # fmt: skip
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        for inp, out in ((x, want[0]), (y, want[1]), (x, want[0])):
+            torch.testing.assert_close(compiled(inp), out, rtol=1e-5, atol=1e-5)
+    assert h.report().stalls == 0
+    h.remove()

@@ -163,9 +163,6 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
         return
     budget = p.budget_bytes
 
-    def at(step: int) -> Pick:
-        return pick(step)
-
     def pick(step: int) -> Pick:  # the same steps recur for every layout
         key = ("nth", step)
         if key not in ctx.pick_cache:
@@ -178,10 +175,10 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
         return mem is not None and mem <= budget
 
     if fits(2):  # every other trap: the lowest peak of the family (for a larger budget too)
-        yield "nth-layer", at(2)
+        yield "nth-layer", pick(2)
     lo, hi = 1, len(p.traps) + 1  # step n + 1: nothing streams
     if fits(hi):
-        yield "nth-layer", at(hi)
+        yield "nth-layer", pick(hi)
         return
     if not fits(lo):
         lo = 2 if len(p.traps) > 1 and fits(2) else 0
@@ -193,7 +190,7 @@ def _nth_layer(ctx: Context, lay: Layout) -> Iterator[Candidate]:
             lo = mid
         else:
             hi = mid
-    yield "nth-layer", at(lo)
+    yield "nth-layer", pick(lo)
 
 
 GENERATORS: dict[str, Generator] = {

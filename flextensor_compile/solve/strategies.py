@@ -256,9 +256,9 @@ def _tight_descent(ctx: Context, sel: Selection, plan: RingCandidate) -> RingCan
     (the ring shrinks by its bytes, its copies go: with a per-copy latency a small trap costs
     more to copy than its bytes are worth), trying per round up to `_TIGHT_TRIES` streaming
     traps (the smallest and the largest transfers first) and at most `_TIGHT_ROUNDS` rounds."""
-    slot_bytes = ctx.problem.item_slot_bytes
     for _ in range(_TIGHT_ROUNDS):
-        streaming = sorted((sum(slot_bytes[o][k] for k in ch), o) for o, ch in enumerate(sel) if ch)
+        slots = ctx.plans.pick(ctx.problem, sel).slot_bytes  # per trap: its transfer's bytes
+        streaming = sorted((b, o) for o, b in enumerate(slots) if b)
         if len(streaming) < 2:
             break
         half = _TIGHT_TRIES // 2

@@ -118,14 +118,18 @@ def _refuse_parameter(
     return refuse
 
 
-class _RefuseRebuild:
-    """Set as a module's instance attribute in place of a method in `REBUILDING_METHODS` or
-    `OFFLOADER_METHODS`."""
+class _MethodPatch:
+    """What every patch set as a module's instance attribute in place of a method keeps: the
+    module (weakly: it holds the patch), the class's method, its name and the module's path."""
 
     def __init__(self, module: nn.Module, method: str, where: str) -> None:
         self.module = weakref.ref(module)  # the module holds this object: no cycle through it
         self.original = getattr(type(module), method)
         self.method, self.where = method, where
+
+
+class _RefuseRebuild(_MethodPatch):
+    """Set in place of a method in `REBUILDING_METHODS` or `OFFLOADER_METHODS`."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module = self.module()
@@ -158,7 +162,7 @@ class _RefuseRebuild:
         return all(bound.arguments.get(n) is None for n in names)
 
 
-class _OnTrueValues:
+class _OnTrueValues(_MethodPatch):
     """Set as a module's instance attribute in place of a method in `TRUE_VALUE_METHODS`: runs
     it with each profile tensor pointing at its true value, then points each back at the data
     it had (and, for `apply`, has every transfer copied again from the host copies, which now
@@ -167,9 +171,8 @@ class _OnTrueValues:
     child's `apply`) run as they are, inside the outermost one."""
 
     def __init__(self, module: nn.Module, method: str, where: str, on: _TrueValueCalls) -> None:
-        self.module = weakref.ref(module)
-        self.original = getattr(type(module), method)
-        self.method, self.where, self.on = method, where, on
+        super().__init__(module, method, where)
+        self.on = on
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         on = self.on

@@ -108,9 +108,11 @@ def _subset_sums(sizes: list[int], limit: int) -> list[int] | None:
     if unit and not few and len(sizes) * (sum(sizes) // unit) <= _BITSET_WORK:
         reach = all_sums(s // unit for s in sizes)
         return None if reach.bit_count() > limit else list(set_bits(reach, unit))
-    sums = {0}
-    for b in sorted(sizes, reverse=True):
-        sums |= {s + b for s in sums}
+    sums, fresh, last = {0}, {0}, -1  # `fresh`: the sums the item before reached first
+    for b in sorted(sizes, reverse=True):  # equal sizes in a row: only `fresh` reaches new sums
+        fresh = {s + b for s in (fresh if b == last else sums)} - sums
+        sums |= fresh
+        last = b
         if len(sums) > limit:
             return None
     return sorted(sums)

@@ -91,6 +91,29 @@ class Context:
         return got
 
     @cached_property
+    def repeating(self) -> tuple[bool, ...]:
+        """Per trap: some of its tensors have the same counted bytes (`size_runs` pays)."""
+        return tuple(len(set(b)) < len(b) for b in self.problem.item_bytes)
+
+    @cached_property
+    def _runs(self) -> dict[tuple[int, tuple[int, ...]], tuple[tuple[int, tuple[int, ...]], ...]]:
+        return {}  # (trap kind, chosen) -> `size_runs`
+
+    def size_runs(self, order: int, chosen: tuple[int, ...]
+                  ) -> tuple[tuple[int, tuple[int, ...]], ...]:  # fmt: skip
+        """(counted bytes, the tensors of `chosen` of that size, in `chosen`'s order) for each
+        distinct size among them, kept per solve (traps alike share them)."""
+        key = (self.kind[order], chosen)
+        got = self._runs.get(key)
+        if got is None:
+            counted = self.problem.item_bytes[order]
+            runs: dict[int, list[int]] = {}
+            for k in chosen:
+                runs.setdefault(counted[k], []).append(k)
+            got = self._runs[key] = tuple([(size, tuple(ks)) for size, ks in runs.items()])
+        return got
+
+    @cached_property
     def _slot_is_counted(self) -> tuple[bool, ...]:
         """Per trap: every item's slot bytes are its counted bytes (no alignment padding)."""
         return tuple(all(it.slot_bytes == it.bytes for it in t.items) for t in self.problem.traps)
@@ -306,6 +329,11 @@ def _windows(problem: Problem) -> tuple[float, ...]:
     return tuple(window_ms(problem.traps, i) for i in range(len(problem.traps)))
 
 
+def _largest_first(signature: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+    """Item indexes by slot bytes, largest first (by index on ties)."""
+    return tuple(sorted(range(len(signature)), key=lambda k: (-signature[k][0], k)))
+
+
 def make_context(problem: Problem) -> Context:
     built: dict[tuple[int, ...], SubsetTable] = {}  # identical traps share one table
     tables = []
@@ -316,15 +344,13 @@ def make_context(problem: Problem) -> Context:
         tables.append(built[sizes])
     n = len(problem.traps)
     spread = tuple(sorted(range(n), key=lambda i: ((i * _GOLDEN) % 1.0, i)))
-    largest = tuple(
-        tuple(sorted(range(len(t.items)), key=lambda k: (-t.items[k].slot_bytes, k)))
-        for t in problem.traps
-    )
     signatures: dict[tuple[tuple[int, int], ...], int] = {}
     kind = tuple(
-        signatures.setdefault(tuple((it.slot_bytes, it.bytes) for it in t.items), len(signatures))
-        for t in problem.traps
+        signatures.setdefault(tuple(zip(slots, counted, strict=True)), len(signatures))
+        for slots, counted in zip(problem.item_slot_bytes, problem.item_bytes, strict=True)
     )
+    ranked = [_largest_first(sig) for sig in signatures]  # per kind (traps alike share one)
+    largest = tuple(ranked[k] for k in kind)
     smallest = tuple(min(b, default=0) for b in problem.item_bytes)
     return Context(problem, tuple(tables), _windows(problem),
                    tuple(t.streamable_slot_bytes for t in problem.traps), spread,

@@ -60,9 +60,9 @@ class TrapSpec:
     items: tuple[Item, ...] = ()
     pinned_bytes: int = 0  # owned bytes that must stay resident (counted once)
 
-    @property
-    def streamable_slot_bytes(self) -> int:
-        return sum(it.slot_bytes for it in self.items)
+    @cached_property
+    def streamable_slot_bytes(self) -> int:  # read per trap by every solve's context
+        return sum([it.slot_bytes for it in self.items])
 
 
 @dataclass(frozen=True)

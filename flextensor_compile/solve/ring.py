@@ -21,6 +21,7 @@ Must not know: time beyond one trap's compute (for `ring_need`), budgets, the pr
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -60,7 +61,7 @@ def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: Ring
         # the last traps keep off the bytes the next iteration's next trap was given (its copy
         # would wait for this trap); within the iteration the next trap is placed after this one
         nxt = after[order]
-        avoid = tuple((a, a + n) for o, _, a, n in out if o == nxt) if nxt <= order else ()
+        avoid = _merged([(a, a + n) for o, _, a, n in out if o == nxt]) if nxt <= order else ()
         split = _split(paint, order, chosen, sizes, now, avoid)
         if split is not None:
             out.extend(split)
@@ -73,6 +74,19 @@ def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: Ring
             out.append((order, k, at, size))
             at += size
     return out
+
+
+def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """`ranges` as the fewest disjoint ranges covering the same bytes (a trap of many tensors
+    placed side by side is one range to keep clear of, not one per tensor)."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return tuple(out)
 
 
 def _split(paint: RingPaint, order: int, chosen: tuple[int, ...], sizes: list[int], now: int,
@@ -94,22 +108,41 @@ def _split(paint: RingPaint, order: int, chosen: tuple[int, ...], sizes: list[in
     out: list[tuple[int, int, int, int]] = []
     runs: list[list[int]] = []  # the trap's placed bytes and what is free beside: `_beside`
     needed = -1  # the latest availability among the trap's tensors placed so far
-    for j in sorted(range(len(chosen)), key=sizes.__getitem__, reverse=True):  # stable
-        size = sizes[j]
-        at = _beside(runs, size)
+    ranked = sorted(range(len(chosen)), key=sizes.__getitem__, reverse=True)  # stable
+    i = same = 0
+    while i < len(ranked):
+        size = sizes[ranked[i]]
+        if i == same:  # ranked[i:same]: the tensors of this size left (placed beside at once)
+            same = i + 1
+            while same < len(ranked) and sizes[ranked[same]] == size:
+                same += 1
+        if same - i == 1:  # one tensor of this size (the common case)
+            at = _beside(runs, size)
+            if at >= 0:
+                out.append((order, chosen[ranked[i]], at, size))
+                i += 1
+                continue
+        else:
+            ats = _beside_many(runs, size, same - i)
+            if ats:
+                items = map(chosen.__getitem__, ranked[i : i + len(ats)])
+                out.extend(zip(repeat(order), items, ats, repeat(size)))
+                i += len(ats)
+            if i == same:
+                continue
+        _flush(paint, runs, now)  # no stretch has room: where its bytes free up first
+        at, when = paint.earliest(size, now, avoid)
         if at < 0:
-            _flush(paint, runs, now)
-            at, when = paint.earliest(size, now, avoid)
-            if at < 0:
-                paint.starts, paint.when = saved
-                return None
-            if when > needed:
-                needed = when
-            paint.write(at, at + size, now)
-            _join(runs, at, at + size)
-            for run in runs:  # what is free beside each stretch by `needed` (it may be later)
-                run[2], run[3] = paint.free_beside(run[0], run[1], needed, now, avoid)
-        out.append((order, chosen[j], at, size))
+            paint.starts, paint.when = saved
+            return None
+        if when > needed:
+            needed = when
+        paint.write(at, at + size, now)
+        _join(runs, at, at + size)
+        for run in runs:  # what is free beside each stretch by `needed` (it may be later)
+            run[2], run[3] = paint.free_beside(run[0], run[1], needed, now, avoid)
+        out.append((order, chosen[ranked[i]], at, size))
+        i += 1
     _flush(paint, runs, now)
     out.sort(key=itemgetter(2))  # address order
     return out
@@ -142,6 +175,43 @@ def _beside(runs: list[list[int]], size: int) -> int:
                 elif other[2] < end <= other[0]:
                     other[2] = end
     return at
+
+
+def _beside_many(runs: list[list[int]], size: int, count: int) -> list[int]:
+    """The offsets of up to `count` tensors of `size` bytes placed one after another as
+    `_beside` places each (the same offsets and the same `runs` after), up to the first that
+    no stretch has room for: the stretch `_beside` grows keeps taking them while it has room
+    (the stretches before it had none, and room only shrinks), so runs of equal tensors
+    (experts) are placed a stretch at a time."""
+    if size <= 0:
+        at = _beside(runs, size)
+        return [at] if at >= 0 else []
+    offsets: list[int] = []
+    for run in runs:
+        while len(offsets) < count:
+            if run[1] + size <= run[3]:  # after it first
+                n = min(count - len(offsets), (run[3] - run[1]) // size)
+                ats = range(run[1], run[1] + n * size, size)
+                run[1] += n * size
+            elif run[0] - size >= run[2]:
+                n = min(count - len(offsets), (run[0] - run[2]) // size)
+                ats = range(run[0] - size, run[0] - (n + 1) * size, -size)
+                run[0] -= n * size
+            else:
+                break
+            if len(runs) > 1:
+                for at in ats:  # what `_beside` does to the other stretches, placement by placement
+                    end = at + size
+                    for other in runs:
+                        if other is not run:
+                            if other[1] <= at < other[3]:
+                                other[3] = at
+                            elif other[2] < end <= other[0]:
+                                other[2] = end
+            offsets.extend(ats)
+        if len(offsets) == count:
+            break
+    return offsets
 
 
 def _join(runs: list[list[int]], at: int, end: int) -> None:

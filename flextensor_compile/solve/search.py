@@ -113,34 +113,45 @@ def _schedulable(
 
 def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
     """Return streamed tensors to residency while the budget's slack pays for them, largest
-    first (a transfer keeps at least one tensor, so blocks and the schedule stay as they are:
-    removing bytes from a transfer never grows a block, so the peak grows by at most the bytes)."""
+    first, the spread order then the selection's order on ties (a transfer keeps at least one
+    tensor, so blocks and the schedule stay as they are: removing bytes from a transfer never
+    grows a block, so the peak grows by at most the bytes). A trap's tensors of one size are
+    one option (`Context.size_runs`), so a trap of many equal tensors (experts) costs a step
+    per size, not one per tensor."""
     if slack <= 0:
         return pick
     item_bytes, sel, smallest = ctx.problem.item_bytes, pick.selection, ctx.smallest
-    options = []  # a tensor larger than the slack never fits it (the slack only shrinks)
-    for o in ctx.spread:
+    options: list[tuple[int, int, tuple[int, ...]]] = []  # (bytes, trap, its tensors of them)
+    for o in ctx.spread:  # a tensor larger than the slack never fits it (the slack only shrinks)
         if smallest[o] <= slack and len(sel[o]) > 1:
-            counted = item_bytes[o]
-            options.extend([(counted[k], o, k) for k in sel[o] if counted[k] <= slack])
+            if ctx.repeating[o]:
+                options.extend([(size, o, ks) for size, ks in ctx.size_runs(o, sel[o])
+                                if size <= slack])  # fmt: skip
+            else:
+                counted = item_bytes[o]
+                options.extend([(counted[k], o, (k,)) for k in sel[o] if counted[k] <= slack])
     options.sort(key=itemgetter(0), reverse=True)  # largest first, stable
     least = options[-1][0] if options else 0
-    removed: dict[int, set[int]] = {}
-    for nbytes, o, k in options:
+    removed: dict[int, list[int]] = {}
+    for size, o, items in options:
         if slack < least:  # no option left fits
             break
-        left = len(sel[o]) - len(removed.get(o, ()))
-        if nbytes <= slack and left > 1:
-            removed.setdefault(o, set()).add(k)
-            slack -= nbytes
+        if size <= slack:
+            gone = removed.setdefault(o, [])
+            take = min(len(items), slack // size, len(sel[o]) - len(gone) - 1)
+            if take > 0:
+                gone.extend(items[:take])
+                slack -= take * size
+    removed = {o: gone for o, gone in removed.items() if gone}
     if not removed:
         return pick
     new_sel, slots, streamed = list(sel), list(pick.slot_bytes), list(pick.trap_streamed)
     slot_bytes = ctx.problem.item_slot_bytes
-    for o, gone in removed.items():
-        new_sel[o] = tuple(k for k in sel[o] if k not in gone)
-        slots[o] -= sum(slot_bytes[o][k] for k in gone)
-        streamed[o] -= sum(item_bytes[o][k] for k in gone)
+    for o, taken in removed.items():
+        out = set(taken)
+        new_sel[o] = tuple([k for k in sel[o] if k not in out])
+        slots[o] -= sum([slot_bytes[o][k] for k in taken])
+        streamed[o] -= sum([item_bytes[o][k] for k in taken])
     return Pick(tuple(new_sel), tuple(slots), tuple(streamed))
 
 

@@ -204,7 +204,7 @@ def _ring_plans(ctx: Context, names: list[str],
     for name in names if len(names) == 1 else _RING_FAMILIES:
         for plan in plans(name, base, math.inf):
             if plan.makespan_ms < ranked.get(name, (math.inf, 0))[0]:
-                ranked[name] = (plan.makespan_ms, _largest(p, plan.selection))
+                ranked[name] = (plan.makespan_ms, max(ctx.plans.pick(p, plan.selection).slot_bytes))
             yield plan
     if p.budget_bytes is None:
         return
@@ -275,10 +275,6 @@ def _tight_descent(ctx: Context, sel: Selection, plan: RingCandidate) -> RingCan
             break
         sel, plan = found
     return plan
-
-
-def _largest(p: Problem, sel: Selection) -> int:
-    return max(sum(t.items[k].slot_bytes for k in ch) for t, ch in zip(p.traps, sel, strict=True))
 
 
 def solve(problem: Problem, strategy: str = DEFAULT_STRATEGY) -> Plan:

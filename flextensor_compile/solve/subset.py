@@ -185,10 +185,13 @@ def _first_items(sizes: tuple[int, ...], most: int) -> dict[int, int] | None:
     """Achievable sum -> the first item k with which it is achievable (-1 for 0); None once
     there are more than `most` sums."""
     first = {0: -1}
+    fresh, last = [0], -1  # the sums item k - 1 reached first, and its size
     for k, size in enumerate(sizes):
-        grown = {s + size: k for s in first}
-        grown.update(first)  # sums reached before item k keep their first item
-        first = grown
+        # after an item of the same size only the sums it reached first can reach new ones
+        # (any other sum plus `size` was reached with that item already)
+        fresh = [x for s in (fresh if size == last else first) if (x := s + size) not in first]
+        first.update(dict.fromkeys(fresh, k))  # sums reached before item k keep their item
+        last = size
         if len(first) > most:
             return None
     return first

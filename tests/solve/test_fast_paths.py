@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import combinations
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +14,16 @@ from flextensor_compile.solve.assign import (
     assign_blocks,
     assigned_bytes,
 )
+from flextensor_compile.solve.bound import _subset_sums
+from flextensor_compile.solve.families import Context, make_context
+from flextensor_compile.solve.plan import Pick, Selection, pick_of
+from flextensor_compile.solve.problem import problem_from_stats
+from flextensor_compile.solve.ring import _beside, _beside_many
+from flextensor_compile.solve.search import _trim
+from flextensor_compile.solve.subset import _first_items
+from flextensor_compile.stats import Stats, TrapStat
+from flextensor_runtime.profile import PlanConfig
+from tests.solve.instances import device, tensor
 
 
 @st.composite
@@ -40,3 +52,111 @@ def test_two_block_growth_matches_the_general_loop(
 ) -> None:
     traps, sizes, n_traps = transfers
     assert _grow_two(traps, sizes, n_traps) == _grow_any(traps, sizes, n_traps, 2)
+
+
+def _trim_one_by_one(ctx: Context, pick: Pick, slack: int) -> Selection:
+    """`search._trim`'s rule, one tensor at a time: every streamed tensor within the slack,
+    largest first (spread order, then selection order, on ties), goes resident while the slack
+    pays for it and its trap keeps one."""
+    sel = pick.selection
+    options = [(ctx.problem.item_bytes[o][k], o, k) for o in ctx.spread
+               if ctx.smallest[o] <= slack and len(sel[o]) > 1 for k in sel[o]]  # fmt: skip
+    options.sort(key=lambda x: x[0], reverse=True)  # stable
+    gone: dict[int, set[int]] = {}
+    for nbytes, o, k in options:
+        if nbytes <= slack and len(sel[o]) - len(gone.get(o, ())) > 1:
+            gone.setdefault(o, set()).add(k)
+            slack -= nbytes
+    return tuple(tuple(k for k in ch if k not in gone.get(o, ())) for o, ch in enumerate(sel))
+
+
+@st.composite
+def _trim_cases(draw: st.DrawFn) -> tuple[Context, Pick, int]:
+    """Traps of tensors drawn from a few sizes (runs of equal tensors, as experts make), some
+    of them not aligned (slot bytes above counted bytes), each streaming a drawn subset."""
+    sizes = draw(st.lists(st.integers(1, 40), min_size=1, max_size=4))
+    traps = []
+    for i in range(draw(st.integers(1, 6))):
+        elems = draw(st.lists(st.sampled_from(sizes), max_size=9))
+        traps.append(TrapStat(f"t{i}", 1.0, tuple(
+            tensor(f"t{i}.{k}", e * 100 + draw(st.sampled_from([0, 3]))) for k, e in enumerate(elems)
+        )))  # fmt: skip
+    problem = problem_from_stats(Stats("trim", device(), tuple(traps)), PlanConfig(budget_bytes=1))
+    ctx = make_context(problem)
+    sel = tuple(
+        tuple(k for k in range(len(t.items)) if draw(st.booleans())) for t in problem.traps
+    )
+    slack = draw(st.integers(0, sum(map(sum, problem.item_bytes)) + 1))
+    return ctx, pick_of(problem, sel), slack
+
+
+@settings(max_examples=400, deadline=None)
+@given(_trim_cases())
+def test_trim_by_runs_of_equal_tensors_matches_one_tensor_at_a_time(
+    case: tuple[Context, Pick, int],
+) -> None:
+    ctx, pick, slack = case
+    trimmed = _trim(ctx, pick, slack)
+    assert trimmed.selection == _trim_one_by_one(ctx, pick, slack)
+    assert trimmed.slot_bytes == pick_of(ctx.problem, trimmed.selection).slot_bytes
+    assert trimmed.trap_streamed == pick_of(ctx.problem, trimmed.selection).trap_streamed
+    freed = pick.streamed_bytes - trimmed.streamed_bytes
+    assert 0 <= freed <= max(slack, 0)
+
+
+_REPEATING = st.lists(st.sampled_from([0, 3, 5, 64, 96, 1000]), max_size=14)  # runs of equal sizes
+
+
+@settings(max_examples=400, deadline=None)
+@given(_REPEATING, st.integers(1, 300))
+def test_first_items_after_equal_sizes_matches_growing_every_sum(
+    sizes: list[int], most: int
+) -> None:
+    first: dict[int, int] | None = {0: -1}
+    for k, size in enumerate(sizes):  # every sum grows by every item
+        assert first is not None
+        first = {**{s + size: k for s in first}, **first}
+        if len(first) > most:
+            first = None
+            break
+    assert _first_items(tuple(sizes), most) == first
+
+
+@settings(max_examples=400, deadline=None)
+@given(_REPEATING, st.integers(1, 300))
+def test_bound_subset_sums_after_equal_sizes_match_every_subset(
+    sizes: list[int], limit: int
+) -> None:
+    every = {sum(c) for r in range(len(sizes) + 1) for c in combinations(sizes, r)}
+    expected = sorted(every) if len(every) <= limit else None
+    assert _subset_sums(sizes, limit) == expected
+
+
+@st.composite
+def _stretches(draw: st.DrawFn) -> list[list[int]]:
+    """Stretches as `ring._beside` keeps them: [start, end, low, high, painted start, painted
+    end], 0 <= low <= start <= end <= high, free extents that may overlap their neighbours'."""
+    runs = []
+    for _ in range(draw(st.integers(0, 4))):
+        start = draw(st.integers(0, 400))
+        end = start + draw(st.integers(0, 60))
+        low, high = max(0, start - draw(st.integers(0, 200))), end + draw(st.integers(0, 200))
+        runs.append([start, end, low, high, start, end])
+    return runs
+
+
+@settings(max_examples=500, deadline=None)
+@given(_stretches(), st.integers(1, 40), st.integers(1, 12))
+def test_beside_many_places_as_beside_does_one_by_one(
+    runs: list[list[int]], size: int, count: int
+) -> None:
+    one_by_one = [list(r) for r in runs]
+    expected = []
+    for _ in range(count):
+        at = _beside(one_by_one, size)
+        if at < 0:
+            break
+        expected.append(at)
+    got = _beside_many(runs, size, count)
+    assert list(got) == expected
+    assert runs == one_by_one

@@ -38,3 +38,10 @@ bench-plan-quality-measured: $(STAMP)
 bench: bench-solve-wide
 bench-solve-wide: $(STAMP)
 	$(BIN)/python -m bench.plan_quality.wide
+
+# Solve times on large real-shaped models: MoE traps of hundreds of equal experts (DeepSeek-V3,
+# Qwen3-235B) and Llama-3.1-405B at leaf granularity (1,766 traps).
+.PHONY: bench-solve-large
+bench: bench-solve-large
+bench-solve-large: $(STAMP)
+	$(BIN)/python -m bench.plan_quality.large

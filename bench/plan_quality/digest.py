@@ -2,9 +2,10 @@
 OUT.json [--against BASE.json] [--instances ...] [--fractions F ...]`.
 
 Solves every plan-quality case (each instance x link x budget) under both copy models at module
-and at leaf granularity, the module cases with exactly two and three blocks, and the wide
-random instances of `wide` (sizes that thin every subset table; `--no-wide` leaves them out),
-and writes per
+and at leaf granularity, the module cases with exactly two and three blocks, the wide
+random instances of `wide` (sizes that thin every subset table; `--no-wide` leaves them out)
+and the large real-shaped instances of `large` (MoE traps of hundreds of equal experts, 1,766
+leaf traps; 7-9 s of solving on a 2-core machine; `--no-large` leaves them out), and writes per
 case a SHA-256 of the whole plan: strategy, selection, blocks, transfers, bytes and every
 simulation figure (floats by `repr`, so a change in the last bit shows), with the strategy and
 makespan beside it to read. `--against` compares with an earlier file and exits 1 on any
@@ -23,7 +24,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from bench.plan_quality import auto, wide
+from bench.plan_quality import auto, large, wide
 from bench.plan_quality.__main__ import FRACTIONS, _cases
 from bench.plan_quality.copy_models import COPY_MODELS
 from bench.plan_quality.instances import INSTANCES
@@ -69,12 +70,19 @@ def _wide_problems() -> Iterator[tuple[str, Problem]]:
         yield f"wide {label}", problem
 
 
+def _large_problems(layers: int | None = None) -> Iterator[tuple[str, Problem]]:
+    names, fractions = list(large.LARGE_INSTANCES), list(large.FRACTIONS)
+    for label, problem in large.large_problems(names, fractions, layers):
+        yield f"large {label}", problem
+
+
 def digests(names: list[str], fractions: tuple[float, ...] = FRACTIONS,
-            with_wide: bool = True) -> dict[str, list[str]]:  # fmt: skip
+            with_wide: bool = True, with_large: bool = True) -> dict[str, list[str]]:  # fmt: skip
     """Case -> `plan_digest` of its `adaptive` plan, or ['BudgetError', message]."""
     out: dict[str, list[str]] = {}
-    cases = _problems(names, fractions)
-    for key, problem in chain(cases, _wide_problems()) if with_wide else cases:
+    cases = chain(_problems(names, fractions), _wide_problems() if with_wide else (),
+                  _large_problems() if with_large else ())  # fmt: skip
+    for key, problem in cases:
         try:
             out[key] = plan_digest(solve(problem, "adaptive"))
         except BudgetError as exc:  # a fixed block count may fit no plan: that is an outcome too
@@ -94,8 +102,9 @@ def main() -> None:
     ap.add_argument("--instances", nargs="*", default=list(INSTANCES))
     ap.add_argument("--fractions", type=float, nargs="*", default=list(FRACTIONS))
     ap.add_argument("--no-wide", action="store_true", help="leave out the wide random instances")
+    ap.add_argument("--no-large", action="store_true", help="leave out the large instances")
     args = ap.parse_args()
-    new = digests(args.instances, tuple(args.fractions), not args.no_wide)
+    new = digests(args.instances, tuple(args.fractions), not args.no_wide, not args.no_large)
     args.out.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
     print(f"{len(new)} plans digested into {args.out}")
     if args.against is None:

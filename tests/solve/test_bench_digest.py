@@ -30,7 +30,8 @@ def test_digest_sees_the_last_bit_of_a_plan() -> None:
 
 def test_digest_command_against_itself_and_a_changed_file(tmp_path, monkeypatch, capsys) -> None:
     base = tmp_path / "base.json"
-    argv = ["digest", str(base), "--instances", "wan-14b-480p", "--fractions", "0.9", "--no-wide"]
+    argv = ["digest", str(base), "--instances", "wan-14b-480p", "--fractions", "0.9", "--no-wide",
+            "--no-large"]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
     digest.main()
     doc = json.loads(base.read_text())

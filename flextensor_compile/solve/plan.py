@@ -157,8 +157,8 @@ def pick_of(problem: Problem, selection: Selection) -> Pick:
     for slot_bytes, counted, chosen in zip(problem.item_slot_bytes, problem.item_bytes,
                                            selection, strict=True):  # fmt: skip
         if chosen:
-            slots.append(sum([slot_bytes[k] for k in chosen]))
-            streamed.append(sum([counted[k] for k in chosen]))
+            slots.append(sum(map(slot_bytes.__getitem__, chosen)))
+            streamed.append(sum(map(counted.__getitem__, chosen)))
         else:
             slots.append(0)
             streamed.append(0)

@@ -57,7 +57,7 @@ def _place(problem: Problem, selection: tuple[tuple[int, ...], ...], paint: Ring
             continue
         slots = problem.item_slot_bytes[order]
         now = base + order
-        sizes = [slots[k] for k in chosen]
+        sizes = list(map(slots.__getitem__, chosen))
         # the last traps keep off the bytes the next iteration's next trap was given (its copy
         # would wait for this trap); within the iteration the next trap is placed after this one
         nxt = after[order]

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 from flextensor_runtime.errors import ProfileFormatError
 
-__all__ = ["MAX_BYTES", "MAX_COUNT", "MAX_NUMBER", "MIN_RATE", "READ_FIX", "Reader", "read_section"]
+__all__ = ["MAX_BYTES", "MAX_COUNT", "MAX_NUMBER", "MAX_STR", "MIN_RATE", "READ_FIX", "Reader",
+           "read_section"]  # fmt: skip
 
 # The ranges a profile's fields must lie in; the stats reader checks the same ones, so a plan
 # made from any stats file it accepts is a profile this reader accepts.
@@ -21,6 +22,7 @@ MAX_BYTES = 1 << 50
 MAX_COUNT = 1 << 31  # calls, blocks, trap and tensor counts
 MAX_NUMBER = 1e18  # times (ms) and rates (bytes/s)
 MIN_RATE = 1e-9  # bytes/s: slower is no link (and divides into infinite copy times)
+MAX_STR = 4096  # characters of a name or other string field (`as_str`'s default)
 READ_FIX = "the file is damaged or was not written by ftc; recompile it with `ftc profile`"
 
 T = TypeVar("T")
@@ -81,7 +83,7 @@ class Reader:
             raise self.fail(f"a finite number in [{lo}, {hi:g}]")
         return f
 
-    def as_str(self, choices: tuple[str, ...] | None = None, max_len: int = 4096) -> str:
+    def as_str(self, choices: tuple[str, ...] | None = None, max_len: int = MAX_STR) -> str:
         v = self.value
         if not isinstance(v, str) or len(v) > max_len:
             raise self.fail(f"a string of at most {max_len} characters")

@@ -114,7 +114,7 @@ class PlanConfig(_Normalized):
 
 
 @dataclass(frozen=True)
-class TensorEntry(_Normalized):
+class TensorEntry:
     """One model tensor and where the plan puts it.
 
     `offset` is the byte offset inside `block` (streamed/disk only). `tie` names the canonical
@@ -132,6 +132,14 @@ class TensorEntry(_Normalized):
     offset: int | None = None
     tie: str | None = None
     kind: str = "parameter"
+
+    def __post_init__(self) -> None:
+        """`_normalize` of the only fields it can change here (shape and stride to tuples),
+        without its walk over the fields: a large model's profile holds tens of thousands."""
+        if self.shape is not None and not isinstance(self.shape, tuple):
+            object.__setattr__(self, "shape", tuple(self.shape))
+        if self.stride is not None and not isinstance(self.stride, tuple):
+            object.__setattr__(self, "stride", tuple(self.stride))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,15 @@ from flextensor_runtime.errors import (
     ProfileVersionError,
 )
 from flextensor_runtime.profile.check import check_profile
-from flextensor_runtime.profile.fields import MAX_COUNT, MIN_RATE, READ_FIX, Reader, read_section
+from flextensor_runtime.profile.fields import (
+    MAX_BYTES,
+    MAX_COUNT,
+    MAX_STR,
+    MIN_RATE,
+    READ_FIX,
+    Reader,
+    read_section,
+)
 from flextensor_runtime.profile.schema import (
     FORMAT,
     PLACEMENTS,
@@ -53,11 +61,17 @@ _CORE_KEYS = frozenset(
 
 
 def _tensor_doc(t: TensorEntry) -> dict[str, Any]:
+    """A tensor entry as `_canonical` would give it (keys sorted, lists): built so, since a
+    large model's profile holds tens of thousands."""
     return {
-        "name": t.name, "bytes": t.bytes, "dtype": t.dtype, "shape": list(t.shape),
-        "stride": list(t.stride), "placement": t.placement, "block": t.block,
-        "offset": t.offset, "tie": t.tie, "kind": t.kind,
+        "block": t.block, "bytes": t.bytes, "dtype": t.dtype, "kind": t.kind, "name": t.name,
+        "offset": t.offset, "placement": t.placement, "shape": list(t.shape),
+        "stride": list(t.stride), "tie": t.tie,
     }  # fmt: skip
+
+
+def _tensor_docs(tensors: tuple[TensorEntry, ...]) -> list[dict[str, Any]]:
+    return [_tensor_doc(x) for x in sorted(tensors, key=lambda x: x.name)]
 
 
 def _canonical(obj: Any) -> Any:
@@ -70,7 +84,8 @@ def _canonical(obj: Any) -> Any:
 
 
 def to_document(profile: Profile) -> dict[str, Any]:
-    """The profile as plain msgpack-able data, in canonical order."""
+    """The profile as plain msgpack-able data, in canonical order (the traps and tensors are
+    built in it; `_canonical` orders the rest)."""
     p = profile
     doc: dict[str, Any] = dict(p.extensions)
     doc.update({
@@ -80,17 +95,20 @@ def to_document(profile: Profile) -> dict[str, Any]:
         "model": vars(p.model),
         "device": {**vars(p.device), "bandwidth_curve": [vars(b) for b in p.device.bandwidth_curve]},
         "config": vars(p.config),
-        "traps": [
-            {"name": t.name, "kind": t.kind, "compute_ms": float(t.compute_ms), "calls": t.calls,
-             "tensors": [_tensor_doc(x) for x in sorted(t.tensors, key=lambda x: x.name)]}
-            for t in p.traps
-        ],
-        "untrapped": [_tensor_doc(x) for x in sorted(p.untrapped, key=lambda x: x.name)],
         "blocks": [vars(b) for b in sorted(p.blocks, key=lambda b: b.id)],
         "schedule": [vars(s) for s in sorted(p.schedule, key=lambda s: (s.trap, s.block))],
         "predicted": vars(p.predicted),
     })  # fmt: skip
-    return _canonical(doc)
+    for key in ("traps", "untrapped"):
+        doc.pop(key, None)
+    canonical = _canonical(doc)
+    canonical["traps"] = [
+        {"calls": t.calls, "compute_ms": float(t.compute_ms), "kind": t.kind, "name": t.name,
+         "tensors": _tensor_docs(t.tensors)}
+        for t in p.traps
+    ]  # fmt: skip
+    canonical["untrapped"] = _tensor_docs(p.untrapped)
+    return {k: canonical[k] for k in sorted(canonical)}
 
 
 def dumps(profile: Profile) -> bytes:
@@ -131,8 +149,49 @@ def _tensor(r: Reader) -> TensorEntry:
     return TensorEntry(**read_section(r, spec))
 
 
+_TENSOR_KEYS = frozenset(
+    ("name", "bytes", "dtype", "shape", "stride", "placement", "block", "offset", "tie", "kind")
+)
+
+
 def _tensors(r: Reader) -> tuple[TensorEntry, ...]:
+    """A list of tensor entries: each read by `_plain_tensor` while all are well formed (a large
+    model's profile holds tens of thousands), else by `_tensor`, whose error names the field."""
+    docs = r.value
+    if isinstance(docs, list):
+        out = []
+        for doc in docs:
+            entry = _plain_tensor(doc)
+            if entry is None:
+                break
+            out.append(entry)
+        else:
+            return tuple(out)
     return tuple(_tensor(x) for x in r.as_list())
+
+
+def _plain_tensor(d: Any) -> TensorEntry | None:
+    """`_tensor` of a well-formed entry with the same checks done inline (plain ints, strs and
+    lists, as msgpack decodes them); None for anything else, which `_tensor` then reads."""
+    if type(d) is not dict or d.keys() != _TENSOR_KEYS:
+        return None
+    name, nbytes, dtype, shape, stride = d["name"], d["bytes"], d["dtype"], d["shape"], d["stride"]
+    block, offset, tie = d["block"], d["offset"], d["tie"]
+    if not (
+        type(name) is str and len(name) <= MAX_STR and type(dtype) is str
+        and len(dtype) <= MAX_STR and type(nbytes) is int and 0 <= nbytes <= MAX_BYTES
+        and d["placement"] in PLACEMENTS and d["kind"] in TENSOR_KINDS
+        and type(d["placement"]) is str and type(d["kind"]) is str
+        and (block is None or (type(block) is int and 0 <= block <= MAX_COUNT))
+        and (offset is None or (type(offset) is int and 0 <= offset <= MAX_BYTES))
+        and (tie is None or (type(tie) is str and len(tie) <= MAX_STR))
+        and type(shape) is list and type(stride) is list
+        and all(type(v) is int and 0 <= v <= MAX_BYTES for v in shape)
+        and all(type(v) is int and 0 <= v <= MAX_BYTES for v in stride)
+    ):  # fmt: skip
+        return None
+    return TensorEntry(name, nbytes, dtype, tuple(shape), tuple(stride), d["placement"], block,
+                       offset, tie, d["kind"])  # fmt: skip
 
 
 def _trap(r: Reader) -> Trap:

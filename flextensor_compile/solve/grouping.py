@@ -17,6 +17,7 @@ Must not know: how the merged problem is solved (the caller passes the solver), 
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -34,6 +35,7 @@ from flextensor_runtime.errors import ConfigError
 __all__ = [
     "LEVELS",
     "Groups",
+    "early_issue_points",
     "group_traps",
     "grouped_plans",
     "issued_early",
@@ -182,22 +184,44 @@ def lift_plan(problem: Problem, groups: Groups, coarse: Plan, cache: PlanCache) 
 
 
 def issued_early(problem: Problem, plan: Plan, cache: PlanCache) -> Plan:
-    """`plan` with each copy issued as early as its bytes allow: at the entry of the trap after
-    the last reader of the nearest earlier copy into overlapping bytes of its block (cyclically,
-    at most one iteration ahead of its reader)."""
-    n = len(problem.traps)
+    """`plan` with each copy issued as early as its bytes allow (`early_issue_points`)."""
+    points = early_issue_points(plan.transfers, len(problem.traps))
+    moved = tuple(replace(x, issue_at=at) for x, at in zip(plan.transfers, points, strict=True))
+    return plan_of_transfers(problem, plan.selection, plan.strategy, plan.block_bytes, moved,
+                             cache)  # fmt: skip
+
+
+def early_issue_points(transfers: tuple[PlannedTransfer, ...], n: int) -> list[int]:
+    """Per transfer, the earliest its bytes allow it to be issued: the entry of the trap after
+    the last reader of the nearest earlier copy into overlapping bytes of its block (cyclically
+    over `n` traps, at most one iteration ahead of its reader)."""
     by_block: dict[int, list[PlannedTransfer]] = {}
-    for x in plan.transfers:
+    for x in transfers:
         by_block.setdefault(x.block, []).append(x)
-    moved = []
-    for x in plan.transfers:
+    for copies in by_block.values():
+        copies.sort(key=lambda u: u.release_after)  # stable
+    released = {b: [u.release_after for u in copies] for b, copies in by_block.items()}
+    points = []
+    for x in transfers:
         back = n  # trap positions before its reader the copy may be issued at: < this
-        for u in by_block[x.block]:
+        for u in _nearest_first(by_block[x.block], released[x.block], x.trap):
             if u is not x and u.offset < x.offset + x.bytes and x.offset < u.offset + u.bytes:
-                back = min(back, (x.trap - u.release_after) % n or n)
-        moved.append(replace(x, issue_at=(x.trap - (back - 1)) % n))
-    return plan_of_transfers(problem, plan.selection, plan.strategy, plan.block_bytes,
-                             tuple(moved), cache)  # fmt: skip
+                back = (x.trap - u.release_after) % n  # the least: copies come nearest first
+                break
+        points.append((x.trap - (back - 1)) % n)
+    return points
+
+
+def _nearest_first(copies: list[PlannedTransfer], released: list[int], trap: int
+                   ) -> Iterator[PlannedTransfer]:  # fmt: skip
+    """`copies` (sorted by `release_after`, which `released` lists) whose last reader is not
+    `trap`, the one released nearest before `trap` first (cyclically: those released before it
+    in descending order, then those released after it, descending)."""
+    below, above = bisect_left(released, trap), bisect_right(released, trap)
+    for i in range(below - 1, -1, -1):
+        yield copies[i]
+    for i in range(len(copies) - 1, above - 1, -1):
+        yield copies[i]
 
 
 def grouped_plans(

@@ -16,7 +16,8 @@ from flextensor_compile.solve.assign import (
 )
 from flextensor_compile.solve.bound import _subset_sums
 from flextensor_compile.solve.families import Context, make_context
-from flextensor_compile.solve.plan import Pick, Selection, pick_of
+from flextensor_compile.solve.grouping import early_issue_points
+from flextensor_compile.solve.plan import Pick, PlannedTransfer, Selection, pick_of
 from flextensor_compile.solve.problem import problem_from_stats
 from flextensor_compile.solve.ring import _beside, _beside_many
 from flextensor_compile.solve.search import _trim
@@ -160,3 +161,31 @@ def test_beside_many_places_as_beside_does_one_by_one(
     got = _beside_many(runs, size, count)
     assert list(got) == expected
     assert runs == one_by_one
+
+
+@st.composite
+def _block_copies(draw: st.DrawFn) -> tuple[tuple[PlannedTransfer, ...], int]:
+    """Copies into two blocks at overlapping or disjoint offsets, readers spread over n traps."""
+    n = draw(st.integers(1, 9))
+    copies = []
+    for _ in range(draw(st.integers(0, 10))):
+        trap = draw(st.integers(0, n - 1))
+        copies.append(PlannedTransfer(trap, draw(st.integers(0, 1)), draw(st.integers(1, 5)), trap,
+                                      draw(st.integers(0, n - 1)), 1.0, (0,),
+                                      draw(st.integers(0, 6))))  # fmt: skip
+    return tuple(copies), n
+
+
+@settings(max_examples=500, deadline=None)
+@given(_block_copies())
+def test_early_issue_points_match_every_pair(case: tuple[tuple[PlannedTransfer, ...], int]) -> None:
+    copies, n = case
+    expected = []
+    for x in copies:  # every other copy into overlapping bytes of the block bounds it
+        back = n
+        for u in copies:
+            if (u is not x and u.block == x.block and u.offset < x.offset + x.bytes
+                    and x.offset < u.offset + u.bytes):  # fmt: skip
+                back = min(back, (x.trap - u.release_after) % n or n)
+        expected.append((x.trap - (back - 1)) % n)
+    assert early_issue_points(copies, n) == expected

@@ -71,3 +71,17 @@ def test_slot_check_bench_prints_both_variants_and_the_cost(
     main(depth=4, dim=8, repeats=2, iters=5, calls=100)
     out = capsys.readouterr().out
     assert "trap call incl. forward (us)" in out and "entry check alone (ns)" in out
+
+
+def test_profile_io_bench_times_each_step_of_a_large_profile(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.runtime.profile_io import main
+
+    monkeypatch.setattr("sys.argv", ["profile_io", "--layers", "5", "--repeats", "1", "--fraction", "0.9"])
+    main()
+    out = capsys.readouterr().out
+    # the embedding, 5 attention traps of 7, 3 dense MLPs of 3, 2 MoE traps of 772, the head (2)
+    assert "12 traps, 1591 tensor entries" in out
+    for step in ("loads", "decode", "parse", "checks", "dumps", "document"):
+        assert f"{step} " in out

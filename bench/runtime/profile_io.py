@@ -3,7 +3,7 @@
 A deployment reads its profile before anything else (`offload_from_profile` loads and checks it),
 so its read time is part of start-up; `ftc profile` and `ftc plan` write it. This plans the
 DeepSeek-V3-shaped instance of `bench.plan_quality.large` at 30% of its weights (`--fraction`) (124 traps,
-47,397 tensor entries) and times, least CPU time of `--repeats`, each step of `wire.loads`
+45,215 tensor entries) and times, least CPU time of `--repeats`, each step of `wire.loads`
 (msgpack decode, section parsing, cross-checks) and of `wire.dumps` (checks, document, encode,
 read-back), and prints the file size.
 Must not know: how the reader and writer do their work.

@@ -70,7 +70,7 @@ _BLOCK_COUNTS = (1, 2, 3)
 # ring headroom, x the largest transfer
 _RING_HEADROOM = (0.125, 0.25, 0.5, 1.0)
 _RING_FAMILIES = ("knapsack", "adaptive-knapsack", "global-tensor-selection", "nth-layer",
-                  "greedy")  # fmt: skip
+                  "greedy", "global-offload")  # fmt: skip
 _RING_GAIN = 1e-3  # the ring is skipped when the best plan is this close to the bound
 _GROUP_GAIN = 1e-3  # so are grouped candidates, unless copies dominate
 _TIGHT_TRIES = 12  # traps the tight ring's descent tries keeping resident per round

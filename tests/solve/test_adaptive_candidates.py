@@ -81,18 +81,18 @@ def test_adaptive_is_never_slower_than_one_of_its_strategies(
         assert best.makespan_ms <= alone.makespan_ms * (1 + 1e-9) + 1e-12, strategy
 
 
+def _trap(name: str, ms: float, *sizes: tuple[int, bool]) -> TrapStat:
+    """A trap of bf16 tensors of these (bytes, offloadable)."""
+    tensors = tuple(TensorStat(f"{name}.{k}", b, "bfloat16", (b // 2,), offloadable=o)
+                    for k, (b, o) in enumerate(sizes))  # fmt: skip
+    return TrapStat(name, ms, tensors)
+
+
 def test_a_family_with_no_block_plan_tries_one_block_under_adaptive_too() -> None:
     """Greedy alone fell back to one block (18.688 ms) where no plan of its with two or three
     blocks fitted; under adaptive, another family's two-block plan fitting skipped that
     fallback for every family, and adaptive planned 22.016 ms."""
-    from flextensor_compile.stats import Stats, TensorStat, TrapStat
-    from flextensor_runtime.profile import DeviceSpec
-
-    def trap(name: str, ms: float, *sizes: tuple[int, bool]) -> TrapStat:
-        tensors = tuple(TensorStat(f"{name}.{k}", b, "bfloat16", (b // 2,), offloadable=o)
-                        for k, (b, o) in enumerate(sizes))  # fmt: skip
-        return TrapStat(name, ms, tensors)
-
+    trap = _trap
     stats = Stats("one-block", DeviceSpec("test", 1 << 40, 1e6, kind="target"), (
         trap("a", 0.0), trap("b", 0.0, (2, False), (8340, True)),
         trap("c", 5.0, (798, False), (194, True), (8056, True), (72, True)), trap("d", 0.0),
@@ -100,4 +100,21 @@ def test_a_family_with_no_block_plan_tries_one_block_under_adaptive_too() -> Non
     problem = problem_from_stats(stats, PlanConfig(budget_bytes=int(total_bytes(stats) * 0.765625)))
     alone, best = try_solve(problem, "greedy"), try_solve(problem)
     assert alone is not None and best is not None
+    assert best.makespan_ms <= alone.makespan_ms * (1 + 1e-9)
+
+
+def test_adaptive_tries_global_offload_in_the_ring_too() -> None:
+    """global-offload alone found a ring plan with headroom (15.104 ms) that adaptive, whose
+    ring families left global-offload out, missed (15.312 ms)."""
+    stats = Stats("ring-families", DeviceSpec("test", 1 << 40, 1e6, kind="target"), (
+        _trap("a", 1.0, (3858, True), (514, True), (446, True), (2, False)),
+        _trap("b", 1.0, (3332, True)),
+        _trap("c", 0.0, (4610, True), (488, False), (2848, True), (2402, True)),
+        _trap("d", 0.0),
+        _trap("e", 0.0, (6, False), (32, True), (110, False), (56, True)),
+        _trap("f", 1.0, (3074, True), (240, True), (548, False))))  # fmt: skip
+    problem = problem_from_stats(stats, PlanConfig(budget_bytes=16571))
+    alone, best = try_solve(problem, "global-offload"), try_solve(problem)
+    assert alone is not None and best is not None
+    assert alone.makespan_ms < 15.2
     assert best.makespan_ms <= alone.makespan_ms * (1 + 1e-9)

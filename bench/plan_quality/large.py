@@ -107,18 +107,25 @@ def _mla_attn(p: str, h: int = 7168) -> TrapStat:
 def deepseek_v3(layers: int = 61) -> Stats:
     """DeepSeek-V3 with `layers` layers (the first min(3, layers) dense)."""
     h = 7168
-    embed, head = _ends(h, 129280)
+
+    def layer(i: int, p: str) -> list[TrapStat]:
+        if i >= 3:
+            return [_mla_attn(p, h), _moe_trap(p, h, 2048, experts=256, shared=1, top_k=8)]
+        mlp_flops, mlp_act = 2 * TOKENS * 3 * h * 18432, TOKENS * (2 * h + 2 * 18432) * 2
+        return [_mla_attn(p, h), _trap(p + "mlp", _mlp(p + "mlp.", h, 18432), mlp_flops, mlp_act)]
+
+    return _model("deepseek-v3-moe", h, 129280, layers, layer)
+
+
+def _model(name: str, h: int, vocab: int, layers: int,
+           layer: Callable[[int, str], list[TrapStat]]) -> Stats:  # fmt: skip
+    """The embedding, each layer's traps (`layer(i, prefix)`), the head, on `large_device`."""
+    embed, head = _ends(h, vocab)
     traps = [embed]
     for i in range(layers):
-        p = f"model.layers.{i}."
-        traps.append(_mla_attn(p, h))
-        if i < 3:
-            mlp_flops, mlp_act = 2 * TOKENS * 3 * h * 18432, TOKENS * (2 * h + 2 * 18432) * 2
-            traps.append(_trap(p + "mlp", _mlp(p + "mlp.", h, 18432), mlp_flops, mlp_act))
-        else:
-            traps.append(_moe_trap(p, h, 2048, experts=256, shared=1, top_k=8))
+        traps += layer(i, f"model.layers.{i}.")
     traps.append(head)
-    return Stats("deepseek-v3-moe", large_device(), tuple(traps), timing_source="roofline")
+    return Stats(name, large_device(), tuple(traps), timing_source="roofline")
 
 
 def _gqa_attn(p: str, h: int, q: int, kv: int) -> TrapStat:
@@ -136,14 +143,11 @@ def _gqa_attn(p: str, h: int, q: int, kv: int) -> TrapStat:
 def qwen3_235b(layers: int = 94) -> Stats:
     """Qwen3-235B-A22B with `layers` layers, every one MoE."""
     h = 4096
-    embed, head = _ends(h, 151936)
-    traps = [embed]
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        traps.append(_gqa_attn(p, h, 8192, 512))
-        traps.append(_moe_trap(p, h, 1536, experts=128, shared=0, top_k=8))
-    traps.append(head)
-    return Stats("qwen3-235b-moe", large_device(), tuple(traps), timing_source="roofline")
+
+    def layer(_i: int, p: str) -> list[TrapStat]:
+        return [_gqa_attn(p, h, 8192, 512), _moe_trap(p, h, 1536, experts=128, shared=0, top_k=8)]
+
+    return _model("qwen3-235b-moe", h, 151936, layers, layer)
 
 
 def llama_405b_leaves(layers: int = 126) -> Stats:

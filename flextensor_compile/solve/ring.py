@@ -168,13 +168,18 @@ def _beside(runs: list[list[int]], size: int) -> int:
     else:
         return -1
     if len(runs) > 1:
-        for other in runs:
-            if other is not run:
-                if other[1] <= at < other[3]:
-                    other[3] = at
-                elif other[2] < end <= other[0]:
-                    other[2] = end
+        _shrink_others(runs, run, at, end)
     return at
+
+
+def _shrink_others(runs: list[list[int]], run: list[int], at: int, end: int) -> None:
+    """The other stretches' free bytes end where `run`'s new bytes [at, end) begin."""
+    for other in runs:
+        if other is not run:
+            if other[1] <= at < other[3]:
+                other[3] = at
+            elif other[2] < end <= other[0]:
+                other[2] = end
 
 
 def _beside_many(runs: list[list[int]], size: int, count: int) -> list[int]:
@@ -201,13 +206,7 @@ def _beside_many(runs: list[list[int]], size: int, count: int) -> list[int]:
                 break
             if len(runs) > 1:
                 for at in ats:  # what `_beside` does to the other stretches, placement by placement
-                    end = at + size
-                    for other in runs:
-                        if other is not run:
-                            if other[1] <= at < other[3]:
-                                other[3] = at
-                            elif other[2] < end <= other[0]:
-                                other[2] = end
+                    _shrink_others(runs, run, at, at + size)
             offsets.extend(ats)
         if len(offsets) == count:
             break

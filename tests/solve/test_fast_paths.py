@@ -19,7 +19,7 @@ from flextensor_compile.solve.families import Context, make_context
 from flextensor_compile.solve.grouping import early_issue_points
 from flextensor_compile.solve.plan import Pick, PlannedTransfer, Selection, pick_of
 from flextensor_compile.solve.problem import problem_from_stats
-from flextensor_compile.solve.ring import _beside, _beside_many
+from flextensor_compile.solve.ring_split import _beside, _beside_many
 from flextensor_compile.solve.search import _trim
 from flextensor_compile.solve.subset import _first_items
 from flextensor_compile.stats import Stats, TrapStat
@@ -135,7 +135,7 @@ def test_bound_subset_sums_after_equal_sizes_match_every_subset(
 
 @st.composite
 def _stretches(draw: st.DrawFn) -> list[list[int]]:
-    """Stretches as `ring._beside` keeps them: [start, end, low, high, painted start, painted
+    """Stretches as `ring_split._beside` keeps them: [start, end, low, high, painted start, painted
     end], 0 <= low <= start <= end <= high, free extents that may overlap their neighbours'."""
     runs = []
     for _ in range(draw(st.integers(0, 4))):

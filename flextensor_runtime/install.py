@@ -91,8 +91,10 @@ class _Installer:
         self.dep, self.ckpt, self.mode = dep, checkpoint, mode
         self.groups = _groups(dep.profile, dep.binding)
         self.names: dict[str, list[str]] = {}
+        self.entries: dict[str, TensorEntry] = {}  # name -> entry (looked up per tensor)
         for e in dep.profile.all_tensors():
             self.names.setdefault(e.tie or e.name, []).append(e.name)
+            self.entries[e.name] = e
 
     def check_sources(self) -> None:
         """Before any change: every meta tensor has a source, every source has the right shape."""
@@ -100,7 +102,7 @@ class _Installer:
             for canon in self.groups:
                 src = _source_name(canon, self.names, self.ckpt)
                 if src is not None:
-                    self.ckpt.check_shape(src, _entry(self.dep.profile, canon).shape)
+                    self.ckpt.check_shape(src, self.entries[canon].shape)
         missing = [c for c, refs in self.groups.items()
                    if refs[0].tensor.device.type == "meta" and _source_name(c, self.names, self.ckpt) is None]  # fmt: skip
         if missing:
@@ -162,7 +164,7 @@ class _Installer:
     def resident(self) -> None:
         backend = self.dep.backend
         for canon, refs in self.groups.items():
-            e = _entry(self.dep.profile, canon)
+            e = self.entries[canon]
             if e.placement != "resident":
                 continue
             current = refs[0].tensor
@@ -185,13 +187,6 @@ def _free_all(free: Callable[[int], None], count: int) -> None:
 
 def _same(t: torch.Tensor) -> torch.Tensor:
     return t
-
-
-def _entry(profile: Profile, name: str) -> TensorEntry:
-    for e in profile.all_tensors():
-        if e.name == name:
-            return e
-    raise AssertionError(name)
 
 
 def _alloc_blocks(dep: Deployment, tables: Tables) -> list[torch.Tensor]:

@@ -177,6 +177,21 @@ def _no_match(pattern: str, candidates: list[str], aliases: dict[str, str]) -> C
     return ConfigError(f"pattern {pattern!r} matches no module or tensor; {hint}")
 
 
+def _outermost(paths: list[str]) -> list[str]:
+    """The paths with no ancestor among `paths` (one set lookup per dotted prefix, not a scan of
+    every other path: a model of many experts has tens of thousands of modules; a module name
+    never holds a dot, so an ancestor is always a dotted prefix)."""
+    given = set(paths)
+    out = []
+    for path in paths:
+        cut = path.rfind(".")
+        while cut > 0 and path[:cut] not in given:
+            cut = path.rfind(".", 0, cut)
+        if cut <= 0:
+            out.append(path)
+    return out
+
+
 def select_traps(
     model: nn.Module, include: tuple[str, ...], exclude: tuple[str, ...], leaves: bool = False
 ) -> Selection:
@@ -195,9 +210,10 @@ def select_traps(
     chosen, named_buffers = _chosen(patterns, modules, params, buffers, aliases, default)
     by_path = dict(modules)
     kept = [path for path in chosen if excluding_pattern(path, exclude, classes) is None]
-    outermost = [p for p in kept if not any(p.startswith(q + ".") for q in kept)]
+    outermost = _outermost(kept)
     only = {p: chosen[p] for p in outermost}
-    removed = [p for p in chosen if p not in kept]
+    kept_set = set(kept)
+    removed = [p for p in chosen if p not in kept_set]
     if leaves:
         only, dropped = _refined(only, by_path, exclude, classes)
         removed += dropped

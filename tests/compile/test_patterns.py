@@ -4,9 +4,12 @@ exclude) and the default stack."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from flextensor_compile.discover.patterns import (
+    _outermost,
     default_include,
     excluding_pattern,
     exclusion,
@@ -185,3 +188,11 @@ def test_the_first_exclude_pattern_covering_a_path_is_named():
         "layers.1", "layers.1")  # fmt: skip
     assert sel.traps == ("layers.0", "layers.2")
     assert sel.excluded_by == ("class:Linear", "layers.1")  # each removed a chosen module
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["a", "ab", "b", "0", "10", "1"]), min_size=1,
+                         max_size=4).map(".".join), max_size=12))  # fmt: skip
+def test_outermost_paths_are_those_no_other_path_contains(paths: list[str]) -> None:
+    expected = [p for p in paths if not any(p.startswith(q + ".") for q in paths)]
+    assert _outermost(paths) == expected

@@ -85,3 +85,13 @@ def test_profile_io_bench_times_each_step_of_a_large_profile(
     assert "12 traps, 1591 tensor entries" in out
     for step in ("loads", "decode", "parse", "checks", "dumps", "document"):
         assert f"{step} " in out
+
+
+def test_many_tensors_bench_compiles_installs_and_matches(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.runtime.many_tensors import main
+
+    result = main(["--layers", "2", "--experts", "8", "--repeats", "1"])
+    assert result["tensors"] == 2 * 8 * 3 and result["same"] == 1.0
+    assert "first forward matches the plain model: True" in capsys.readouterr().out

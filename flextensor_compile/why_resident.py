@@ -13,6 +13,7 @@ Must not know: the CLI, rendering, how the plan was searched.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from flextensor_compile.solve import BandwidthModel
 from flextensor_compile.solve.families import window_ms
@@ -38,6 +39,22 @@ class PlanFacts:
     strategy: str
     bound_ms: float | None
 
+    @cached_property
+    def tie_groups(self) -> dict[str, list[TensorEntry]]:
+        """Name -> the tensors named so or tied to it, in profile order (one pass, not a scan
+        per tensor: a large model's profile has tens of thousands)."""
+        groups: dict[str, list[TensorEntry]] = {}
+        for t in self.profile.all_tensors():
+            groups.setdefault(t.name, []).append(t)
+            if t.tie is not None and t.tie != t.name:
+                groups.setdefault(t.tie, []).append(t)
+        return groups
+
+    @cached_property
+    def largest(self) -> tuple[int, ...]:
+        """Per trap: its largest tensor's bytes (0: none)."""
+        return tuple(max((x.bytes for x in t.tensors), default=0) for t in self.profile.traps)
+
 
 def solver_window_ms(profile: Profile, order: int) -> float:
     """The transfer window the solver gives trap `order` (`solve.families.window_ms`)."""
@@ -62,7 +79,7 @@ def resident_reason(facts: PlanFacts, e: TensorEntry, order: int) -> str:
     trap = facts.profile.traps[order]
     if trap.calls > 1:
         return f"kept resident: its trap runs {trap.calls} times per iteration"
-    largest = max(x.bytes for x in trap.tensors)
+    largest = facts.largest[order]
     if e.bytes * TINY_RATIO < largest:
         return f"kept resident: {_tiny(e, largest)}"
     if e.tie is not None:
@@ -82,8 +99,7 @@ def _pinned(facts: PlanFacts, e: TensorEntry, order: int, why: str) -> str:
             f"it {_shared_with(facts, e, order)}, and tied tensors split over traps stay resident"
         )
     if why.startswith(f"under 1/{TINY_RATIO} "):
-        trap = facts.profile.traps[order] if order >= 0 else None
-        return _tiny(e, max(x.bytes for x in trap.tensors)) if trap else why
+        return _tiny(e, facts.largest[order]) if order >= 0 else why
     return why
 
 
@@ -95,7 +111,7 @@ def _tiny(e: TensorEntry, largest: int) -> str:
 def _shared_with(facts: PlanFacts, e: TensorEntry, order: int) -> str:
     """`shares storage with 'x' (trap 3 'head')`: the members of its tie group elsewhere."""
     canon = e.tie or e.name
-    group = [t for t in facts.profile.all_tensors() if canon in (t.name, t.tie) and t is not e]
+    group = [t for t in facts.tie_groups.get(canon, ()) if t is not e]
     elsewhere = [t for t in group if facts.owner.get(t.name, -1) != order] or group
     where = ", ".join(f"{t.name!r} ({_trap_label(facts, t.name)})" for t in elsewhere[:3])
     return f"shares storage with {where}" if where else "shares storage with another trap's tensor"
@@ -104,8 +120,8 @@ def _shared_with(facts: PlanFacts, e: TensorEntry, order: int) -> str:
 def _split_tie(facts: PlanFacts, e: TensorEntry, order: int) -> bool:
     """Whether a tensor sharing storage with `e` belongs to another trap (or none)."""
     canon = e.tie or e.name
-    return any(canon in (t.name, t.tie) and t is not e and facts.owner.get(t.name, -1) != order
-               for t in facts.profile.all_tensors())  # fmt: skip
+    return any(t is not e and facts.owner.get(t.name, -1) != order
+               for t in facts.tie_groups.get(canon, ()))  # fmt: skip
 
 
 def _trap_label(facts: PlanFacts, name: str) -> str:

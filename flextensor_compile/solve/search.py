@@ -137,12 +137,10 @@ def _trim(ctx: Context, pick: Pick, slack: int) -> Pick:
         if slack < least:  # no option left fits
             break
         if size <= slack:
-            gone = removed.setdefault(o, [])
-            take = min(len(items), slack // size, len(sel[o]) - len(gone) - 1)
+            take = min(len(items), slack // size, len(sel[o]) - len(removed.get(o, ())) - 1)
             if take > 0:
-                gone.extend(items[:take])
+                removed.setdefault(o, []).extend(items[:take])
                 slack -= take * size
-    removed = {o: gone for o, gone in removed.items() if gone}
     if not removed:
         return pick
     new_sel, slots, streamed = list(sel), list(pick.slot_bytes), list(pick.trap_streamed)
